@@ -1,0 +1,5 @@
+"""Lightning callbacks, one per file."""
+
+from experiments.callbacks.progress import TerseProgressBar
+
+__all__ = ["TerseProgressBar"]

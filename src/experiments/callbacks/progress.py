@@ -1,0 +1,36 @@
+"""A progress bar that never floods a log file."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from lightning.pytorch.callbacks import TQDMProgressBar
+
+log = logging.getLogger(__name__)
+
+
+class TerseProgressBar(TQDMProgressBar):
+    """TQDM bar on a terminal; one summary line per epoch when stderr is not a TTY.
+
+    A plain TQDM bar writes ~70 KB of carriage-return updates into a redirected log
+    (SLURM, CI, ``nohup``) for a few short epochs; this writes one line per epoch.
+
+    Args:
+        refresh_rate: batches between bar updates on a terminal.
+    """
+
+    def __init__(self, refresh_rate: int = 10) -> None:
+        self.interactive = sys.stderr.isatty()
+        super().__init__(refresh_rate=refresh_rate if self.interactive else 0)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self.interactive or not trainer.is_global_zero or trainer.sanity_checking:
+            return
+        shown = {
+            k: float(v) for k, v in trainer.callback_metrics.items()
+            if k.endswith(("loss", "acc", "acc_best")) and not k.endswith("_step") and v.numel() == 1
+        }
+        text = "  ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items()))
+        log.info("epoch %d/%d  %s", trainer.current_epoch + 1, trainer.max_epochs, text)

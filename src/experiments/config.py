@@ -1,0 +1,65 @@
+"""Checks of the composed config that run before anything heavy is imported or built,
+so a mistake costs a second and one line, not a traceback after a slow start."""
+
+from __future__ import annotations
+
+import numbers
+
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.errors import UserError
+
+# key -> (kind, lower bound or None); checked only where the key is present and not null
+NUMBERS = {
+    "seed": ("int", 0),
+    "optimizer.lr": ("float", 0.0),
+    "optimizer.weight_decay": ("float", 0.0),
+    "optimizer.momentum": ("float", 0.0),
+    "data.batch_size": ("int", 1),
+    "data.num_workers": ("int", 0),
+    "data.val_fraction": ("float", 0.0),
+    "data.test_fraction": ("float", 0.0),
+    "trainer.max_epochs": ("int", -1),
+    "trainer.log_every_n_steps": ("int", 1),
+    "trainer.accumulate_grad_batches": ("int", 1),
+}
+BOOLS = ("data.download", "data.pin_memory", "data.persistent_workers", "data.cache", "test",
+         "trainer.deterministic")
+CHOICES = {"trainer.accelerator": ("auto", "cpu", "gpu", "cuda", "mps", "tpu")}
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise UserError naming the first bad key of ``cfg`` and what would be valid."""
+    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
+    if missing:
+        raise UserError(
+            f"missing value for {', '.join(missing)}: set it on the command line, "
+            f"e.g. {missing[0]}=<value>"
+        )
+    for key, (kind, low) in NUMBERS.items():
+        value = _select(cfg, key)
+        if value is None:
+            continue
+        ok = isinstance(value, numbers.Integral if kind == "int" else numbers.Real)
+        if not ok or isinstance(value, bool) or value < low:
+            raise UserError(f"{key}={value!r} is not valid: expected {kind} >= {low}")
+    for key in BOOLS:
+        value = _select(cfg, key)
+        if value is not None and not isinstance(value, bool):
+            raise UserError(f"{key}={value!r} is not valid: expected true or false")
+    for key, choices in CHOICES.items():
+        value = _select(cfg, key)
+        if value is not None and value not in choices:
+            raise UserError(f"{key}={value!r} is not valid: expected one of {', '.join(choices)}")
+    if cfg.get("optimized_metric") is not None and "/" not in str(cfg.optimized_metric):
+        raise UserError(
+            f"optimized_metric={cfg.optimized_metric!r} is not valid: expected stage/name, "
+            "e.g. val/acc"
+        )
+
+
+def _select(cfg: DictConfig, key: str):
+    try:
+        return OmegaConf.select(cfg, key, throw_on_missing=False)
+    except Exception as err:  # an interpolation that cannot resolve
+        raise UserError(f"{key}: {err}") from None

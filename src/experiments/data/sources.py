@@ -1,0 +1,74 @@
+"""Where the bundled datasets come from: each function returns ``(train, test)``
+Datasets (``test`` may be None: the DataModule then carves it out of ``train``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from torch.utils.data import Dataset
+from torchvision import datasets as tvd
+
+from experiments.data.datasets import CsvImageDataset, export_digits
+from experiments.errors import UserError
+
+TORCHVISION = {"mnist": tvd.MNIST, "fashion_mnist": tvd.FashionMNIST, "cifar10": tvd.CIFAR10}
+
+
+class _LocalCIFAR10(tvd.CIFAR10):
+    # torchvision md5-checks all six batch files at every start (~170 MB read). When not
+    # downloading we only check that they are there; a corrupt file fails at unpickling.
+    def _check_integrity(self) -> bool:
+        base = Path(self.root) / self.base_folder
+        return all((base / name).is_file() for name, _ in self.train_list + self.test_list)
+
+
+def torchvision_sets(
+    name: str, root: str, download: bool, transform: Callable | None, target_transform=None
+) -> tuple[Dataset, Dataset]:
+    """MNIST / FashionMNIST / CIFAR10 train and test sets in torchvision's on-disk layout."""
+    cls = TORCHVISION[name]
+    if name == "cifar10" and not download:
+        cls = _LocalCIFAR10
+    try:
+        return tuple(
+            cls(root, train=train, transform=transform, target_transform=target_transform,
+                download=download)
+            for train in (True, False)
+        )
+    except RuntimeError as err:
+        if download:
+            raise UserError(f"could not download {name} into {root}: {err}") from None
+        folder = Path(root) / (cls.base_folder if name == "cifar10" else f"{cls.__name__}/raw")
+        raise UserError(
+            f"{name} not found: looked in {folder}. Set data.download=true to fetch it "
+            f"(needs network), or copy the files there, or point data.root at them"
+        ) from None
+
+
+def csv_sets(
+    csv_file: str,
+    image_dir: str,
+    test_csv_file: str | None,
+    image_mode: str,
+    image_size: tuple[int, int] | None,
+    cache: bool,
+    transform: Callable | None,
+    target_transform: Callable | None,
+) -> tuple[Dataset, Dataset | None]:
+    """A CSV-indexed image folder, with an optional separate test CSV (same image_dir)."""
+    common = dict(
+        image_dir=image_dir, transform=transform, target_transform=target_transform,
+        image_mode=image_mode, image_size=image_size, cache=cache,
+    )
+    train = CsvImageDataset(csv_file, **common)
+    test = None
+    if test_csv_file:
+        test = CsvImageDataset(test_csv_file, classes=train.classes, **common)
+    return train, test
+
+
+def digits_root(root: str) -> tuple[str, str]:
+    """Export the bundled digits under ``root`` if needed; returns ``(csv_file, image_dir)``."""
+    folder = export_digits(root)
+    return str(folder / "labels.csv"), str(folder / "images")

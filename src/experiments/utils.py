@@ -1,0 +1,66 @@
+"""Small helpers shared by the entry points."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Write ``data`` as JSON atomically (temp file in the same folder, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def print_config_tree(cfg: DictConfig, order: tuple[str, ...] = ()) -> None:
+    """Print the resolved config as a Rich tree, the groups in ``order`` first."""
+    import rich
+    import rich.syntax
+    import rich.tree
+
+    tree = rich.tree.Tree("config", guide_style="dim")
+    keys = [k for k in order if k in cfg] + [k for k in cfg if k not in order]
+    for key in keys:
+        node = cfg[key]
+        text = OmegaConf.to_yaml(node, resolve=True) if OmegaConf.is_config(node) else str(node)
+        tree.add(str(key)).add(rich.syntax.Syntax(text, "yaml", theme="ansi_dark"))
+    rich.print(tree)
+
+
+class _DropAdverts(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+def route_lightning_logs() -> None:
+    """Send Lightning's log records through the root logger only.
+
+    ``import lightning`` adds its own stderr handler; under Hydra, whose root logger
+    already writes to the console and ``train.log``, every line would print twice.
+    Its per-run product advert is dropped (a filter on that one message).
+    """
+    lightning_log = logging.getLogger("lightning")
+    if logging.getLogger().hasHandlers():
+        for handler in list(lightning_log.handlers):
+            lightning_log.removeHandler(handler)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        target = logging.getLogger(name)
+        if not any(isinstance(f, _DropAdverts) for f in target.filters):
+            target.addFilter(_DropAdverts())
