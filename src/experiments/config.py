@@ -23,8 +23,14 @@ NUMBERS = {
     "trainer.log_every_n_steps": ("int", 1),
     "trainer.accumulate_grad_batches": ("int", 1),
 }
-BOOLS = ("data.download", "data.pin_memory", "data.persistent_workers", "data.cache", "test",
-         "trainer.deterministic")
+BOOLS = (
+    "data.download",
+    "data.pin_memory",
+    "data.persistent_workers",
+    "data.cache",
+    "test",
+    "trainer.deterministic",
+)
 CHOICES = {"trainer.accelerator": ("auto", "cpu", "gpu", "cuda", "mps", "tpu")}
 
 

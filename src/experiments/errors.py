@@ -8,3 +8,14 @@ class UserError(Exception):
     a non-zero exit, so the message must name the key, file or value and what
     would be valid.
     """
+
+
+def find_user_error(err: BaseException | None) -> UserError | None:
+    """The UserError behind ``err``, if any (Hydra's instantiate wraps what __init__ raises)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, UserError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None

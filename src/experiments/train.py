@@ -16,7 +16,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.config import validate
-from experiments.errors import UserError
+from experiments.errors import UserError, find_user_error
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def _scalars(values) -> dict[str, float]:
     return out
 
 
-def fail(err: BaseException) -> None:
+def fail(err: UserError) -> None:
     """Report a user mistake as one line and exit 1 (in a sweep: fail only this job)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -124,12 +124,18 @@ def main(cfg: DictConfig) -> float | None:
 
         print_config_tree(cfg, GROUP_ORDER + ("paths", "seed", "task_name"))
         metrics = train(cfg)
-    except UserError as err:
-        fail(err)
+    except Exception as err:
+        user_error = find_user_error(err)
+        if user_error is None:
+            raise
+        fail(user_error)
     value = metrics.get(cfg.optimized_metric)
     if value is None:
-        log.warning("optimized_metric %s was not logged; have: %s", cfg.optimized_metric,
-                    ", ".join(sorted(metrics)))
+        log.warning(
+            "optimized_metric %s was not logged; have: %s",
+            cfg.optimized_metric,
+            ", ".join(sorted(metrics)),
+        )
     return value
 
 

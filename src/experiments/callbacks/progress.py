@@ -29,8 +29,11 @@ class TerseProgressBar(TQDMProgressBar):
         if self.interactive or not trainer.is_global_zero or trainer.sanity_checking:
             return
         shown = {
-            k: float(v) for k, v in trainer.callback_metrics.items()
-            if k.endswith(("loss", "acc", "acc_best")) and not k.endswith("_step") and v.numel() == 1
+            k: float(v)
+            for k, v in trainer.callback_metrics.items()
+            if k.endswith(("loss", "acc", "acc_best"))
+            and not k.endswith("_step")
+            and v.numel() == 1
         }
         text = "  ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items()))
         log.info("epoch %d/%d  %s", trainer.current_epoch + 1, trainer.max_epochs, text)

@@ -131,8 +131,14 @@ class ImageDataModule(L.LightningDataModule):
                 first_mode, first_size = peek_image(Path(image_dir) / probe.files[0])
                 mode, size = mode or first_mode, size or first_size
         return sources.csv_sets(
-            csv_file, image_dir, self.test_csv_file, mode, size, self.cache,
-            transform, self.target_transform,
+            csv_file,
+            image_dir,
+            self.test_csv_file,
+            mode,
+            size,
+            self.cache,
+            transform,
+            self.target_transform,
         )
 
     def setup(self, stage: str | None = None) -> None:
@@ -164,8 +170,11 @@ class ImageDataModule(L.LightningDataModule):
         log.info(
             "data %s: %d train / %d val / %d test samples, %d classes, input %s",
             self.dataset if isinstance(self.dataset, str) else "custom",
-            len(self.train_set), len(self.val_set), len(self.test_set),
-            self.num_classes, self.input_shape,
+            len(self.train_set),
+            len(self.val_set),
+            len(self.test_set),
+            self.num_classes,
+            self.input_shape,
         )
 
     @property

@@ -3,6 +3,7 @@ Datasets (``test`` may be None: the DataModule then carves it out of ``train``).
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,11 +17,18 @@ TORCHVISION = {"mnist": tvd.MNIST, "fashion_mnist": tvd.FashionMNIST, "cifar10":
 
 
 class _LocalCIFAR10(tvd.CIFAR10):
-    # torchvision md5-checks all six batch files at every start (~170 MB read). When not
+    # torchvision md5-checks all seven files at every start (~170 MB read). When not
     # downloading we only check that they are there; a corrupt file fails at unpickling.
+    # (These are torchvision's own trusted-format files, read as torchvision reads them.)
     def _check_integrity(self) -> bool:
         base = Path(self.root) / self.base_folder
         return all((base / name).is_file() for name, _ in self.train_list + self.test_list)
+
+    def _load_meta(self) -> None:
+        with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as f:
+            meta = pickle.load(f, encoding="latin1")
+        self.classes = meta[self.meta["key"]]
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
 
 
 def torchvision_sets(
@@ -32,8 +40,13 @@ def torchvision_sets(
         cls = _LocalCIFAR10
     try:
         return tuple(
-            cls(root, train=train, transform=transform, target_transform=target_transform,
-                download=download)
+            cls(
+                root,
+                train=train,
+                transform=transform,
+                target_transform=target_transform,
+                download=download,
+            )
             for train in (True, False)
         )
     except RuntimeError as err:
@@ -58,8 +71,12 @@ def csv_sets(
 ) -> tuple[Dataset, Dataset | None]:
     """A CSV-indexed image folder, with an optional separate test CSV (same image_dir)."""
     common = dict(
-        image_dir=image_dir, transform=transform, target_transform=target_transform,
-        image_mode=image_mode, image_size=image_size, cache=cache,
+        image_dir=image_dir,
+        transform=transform,
+        target_transform=target_transform,
+        image_mode=image_mode,
+        image_size=image_size,
+        cache=cache,
     )
     train = CsvImageDataset(csv_file, **common)
     test = None

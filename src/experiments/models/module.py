@@ -36,14 +36,18 @@ class ClassificationModule(L.LightningModule):
         scheduler_interval: str = "epoch",
     ) -> None:
         super().__init__()
+        freeze = [str(prefix) for prefix in freeze]  # `model.freeze=[0]` parses as an int
         if scheduler_interval not in ("epoch", "step"):
             raise UserError(
                 f"model.scheduler_interval={scheduler_interval!r} is not valid; use epoch or step"
             )
         # plain containers only, so checkpoints load with torch.load(weights_only=True)
         self.save_hyperparameters(
-            {"num_classes": int(num_classes), "freeze": [str(p) for p in freeze],
-             "scheduler_interval": str(scheduler_interval)}
+            {
+                "num_classes": int(num_classes),
+                "freeze": freeze,
+                "scheduler_interval": str(scheduler_interval),
+            }
         )
         self.net = net
         self.optimizer_factory = optimizer
@@ -54,7 +58,7 @@ class ClassificationModule(L.LightningModule):
         self.train_acc = MulticlassAccuracy(num_classes)
         self.val_acc = MulticlassAccuracy(num_classes)
         self.test_acc = MulticlassAccuracy(num_classes)
-        _freeze(net, list(freeze))
+        _freeze(net, freeze)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -67,8 +71,14 @@ class ClassificationModule(L.LightningModule):
         metric = getattr(self, f"{stage}_acc")
         metric.update(logits.detach(), labels)
         on_step = stage == "train"
-        self.log(f"{stage}/loss", loss.detach(), on_step=on_step, on_epoch=True, prog_bar=True,
-                 batch_size=x.shape[0])
+        self.log(
+            f"{stage}/loss",
+            loss.detach(),
+            on_step=on_step,
+            on_epoch=True,
+            prog_bar=True,
+            batch_size=x.shape[0],
+        )
         self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage != "train")
         return loss
 

@@ -1,0 +1,52 @@
+# Targets: install train test test-fast bench lint format sweep clean. `make help` lists them.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+ARGS ?=
+
+.PHONY: help install train test test-fast bench lint format sweep clean
+
+help:
+	@echo "make install    create $(VENV) and install the package with dev extras (idempotent)"
+	@echo "make train      train the default experiment (ARGS='model=cnn ...' to override)"
+	@echo "make test       the whole test suite, slow tests included (what CI runs)"
+	@echo "make test-fast  the suite without tests marked slow"
+	@echo "make bench      benchmarks against a hand-written loop -> benchmarks/results.md"
+	@echo "make sweep      a small learning-rate grid sweep"
+	@echo "make lint / format / clean"
+
+install: $(STAMP)
+
+# redone whenever pyproject.toml changes
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	touch $(STAMP)
+
+train: install
+	$(PY) -m experiments.train $(ARGS)
+
+test: install
+	$(PY) -m pytest -q --durations=15 $(ARGS)
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow" $(ARGS)
+
+bench: install
+	$(PY) -m benchmarks.run $(ARGS)
+
+sweep: install
+	$(PY) -m experiments.train -m optimizer.lr=0.01,0.03,0.1,0.3 $(ARGS)
+
+lint: install
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
+
+format: install
+	$(PY) -m ruff format src tests benchmarks
+	$(PY) -m ruff check --fix src tests benchmarks
+
+clean:
+	rm -rf outputs/*/ .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

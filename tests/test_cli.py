@@ -1,0 +1,79 @@
+"""The command line as users type it, in real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_get_their_own_dirs(tmp_path, data_dir):
+    cmd = [sys.executable, "-m", "experiments.train", "debug=fast", f"paths.data_dir={data_dir}"]
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    runs = sorted((tmp_path / "outputs" / "debug" / "runs").iterdir())
+    assert len(runs) == 2
+    for run in runs:
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert 0.0 <= metrics["test/acc"] <= 1.0 and metrics["run_dir"] == str(run.resolve())
+    assert "val/acc=" in outs[0] and "test/acc=" in outs[0]
+
+
+@pytest.mark.slow
+def test_multirun_makes_one_dir_per_job(tmp_path, data_dir):
+    res = run_cli(
+        "-m",
+        "experiments.train",
+        "-m",
+        "optimizer.lr=0.01,0.1",
+        "debug=fast",
+        f"paths.data_dir={data_dir}",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    sweeps = list((tmp_path / "outputs" / "debug" / "multiruns").iterdir())
+    assert len(sweeps) == 1
+    jobs = sorted(p.name for p in sweeps[0].iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert jobs == ["0", "1"]
+    for job in jobs:
+        assert (sweeps[0] / job / "metrics.json").is_file()
+
+
+BAD = [
+    (["foo=1"], "foo"),
+    (["model=nope"], "model/nope"),
+    (["optimizer.lr=abc"], "optimizer.lr"),
+    (["data.batch_size=0"], "data.batch_size"),
+    (["data=image_csv"], "data.csv_file"),
+    (["data=image_csv", "data.csv_file=missing.csv", "data.image_dir=."], "missing.csv"),
+    (["trainer.accelerator=abacus"], "trainer.accelerator"),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), BAD)
+def test_bad_input_fails_short_and_clear(tmp_path, data_dir, args, named):
+    res = run_cli(
+        "-m",
+        "experiments.train",
+        *args,
+        f"paths.data_dir={data_dir}",
+        cwd=tmp_path,
+        env_extra={"HYDRA_FULL_ERROR": ""},
+    )
+    err = res.stderr
+    assert res.returncode != 0
+    assert "Traceback" not in err + res.stdout
+    assert named in err
+    assert len([ln for ln in err.splitlines() if ln.strip()]) <= 12, err
+    assert not list(tmp_path.rglob("metrics.json"))

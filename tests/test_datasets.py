@@ -1,0 +1,224 @@
+"""CsvImageDataset, the digits export, the one-hot target transform, torchvision formats."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torchvision.transforms import v2
+
+from experiments.data import CsvImageDataset, ImageDataModule, OneHot, export_digits
+from experiments.errors import UserError
+from tests.conftest import write_image_folder
+
+TO_TENSOR = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+
+
+def test_init_opens_no_image(tmp_path):
+    csv_file, image_dir = write_image_folder(tmp_path, n=6)
+    for png in image_dir.iterdir():  # any decode in __init__ would now fail
+        png.write_bytes(b"not a png")
+    ds = CsvImageDataset(csv_file, image_dir)
+    assert len(ds) == 6 and ds.classes == ["cat", "dog"]
+    with pytest.raises(UserError, match=r"row 2: cannot read image .*img_000\.png"):
+        ds[0]
+
+
+def test_string_labels_and_stable_class_order(tmp_path):
+    csv_file, image_dir = write_image_folder(tmp_path, n=9, classes=("zebra", "ant", "mole"))
+    ds = CsvImageDataset(csv_file, image_dir, transform=TO_TENSOR)
+    assert ds.classes == ["ant", "mole", "zebra"]  # sorted, not first-seen
+    image, target = ds[0]
+    assert ds.classes[target] == "zebra"
+    assert image.shape == (3, 12, 10) and image.dtype == torch.float32
+    gray = CsvImageDataset(
+        csv_file, image_dir, transform=TO_TENSOR, image_mode="L", image_size=(6, 5)
+    )
+    assert gray[0][0].shape == (1, 6, 5)
+
+
+def test_missing_image_names_row_and_file(tmp_path):
+    csv_file, image_dir = write_image_folder(tmp_path, n=5)
+    (image_dir / "img_003.png").unlink()
+    with pytest.raises(UserError, match=r"labels\.csv row 5: image .*img_003\.png does not exist"):
+        CsvImageDataset(csv_file, image_dir)
+
+
+def test_bad_csv_header_and_missing_paths(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("file,class\na.png,1\n")
+    with pytest.raises(UserError, match="'filename' and 'label'"):
+        CsvImageDataset(bad, tmp_path)
+    with pytest.raises(UserError, match="CSV file not found: .*nope.csv"):
+        CsvImageDataset(tmp_path / "nope.csv", tmp_path)
+    with pytest.raises(UserError, match="image folder not found"):
+        CsvImageDataset(bad, tmp_path / "nope")
+
+
+def test_unseen_test_label_is_an_error(tmp_path):
+    csv_file, image_dir = write_image_folder(tmp_path, n=6)
+    test_csv = tmp_path / "test.csv"
+    test_csv.write_text("filename,label\nimg_000.png,cat\nimg_001.png,horse\n")
+    dm = ImageDataModule(
+        "image_csv",
+        csv_file=str(csv_file),
+        image_dir=str(image_dir),
+        test_csv_file=str(test_csv),
+        eval_transform=TO_TENSOR,
+    )
+    with pytest.raises(UserError, match=r"test\.csv row 3: label 'horse' was not seen"):
+        dm.setup()
+
+
+def test_one_hot():
+    hot = OneHot(4)
+    assert torch.equal(hot(2), torch.tensor([0.0, 0.0, 1.0, 0.0]))
+    assert pickle.loads(pickle.dumps(hot))(0)[0] == 1.0  # DataLoader workers pickle it
+
+
+def test_one_hot_through_a_dataset(tmp_path):
+    csv_file, image_dir = write_image_folder(tmp_path, n=4, classes=("a", "b", "c"))
+    ds = CsvImageDataset(csv_file, image_dir, target_transform=OneHot(3))
+    assert [ds[i][1].argmax().item() for i in range(4)] == [0, 1, 2, 0]
+
+
+def test_cache_keeps_decoded_images(tmp_path):
+    csv_file, image_dir = write_image_folder(tmp_path, n=3)
+    ds = CsvImageDataset(csv_file, image_dir, cache=True)
+    first = ds.load_image(1)
+    (image_dir / "img_001.png").unlink()
+    assert ds.load_image(1) is first
+
+
+def _export(root):
+    export_digits(root)
+
+
+def test_digits_export_is_complete_idempotent_and_race_safe(tmp_path):
+    root = tmp_path / "digits"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_export, args=(root,)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert all(p.exitcode == 0 for p in procs)
+    ds = CsvImageDataset(root / "labels.csv", root / "images", image_mode="L")
+    assert len(ds) == 1797 and ds.classes == [str(i) for i in range(10)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["digits"]  # no temp dirs left
+    stamp = (root / "labels.csv").stat().st_mtime_ns
+    export_digits(root)
+    assert (root / "labels.csv").stat().st_mtime_ns == stamp
+    from sklearn.datasets import load_digits
+
+    pixels = np.asarray(ds.load_image(5), dtype=np.float64) * 16 / 255
+    np.testing.assert_allclose(pixels, load_digits().images[5], atol=0.04)
+
+
+# --- torchvision datasets in their own on-disk formats (nothing downloads) ---------------
+
+
+def _idx(path: Path, array: np.ndarray) -> None:
+    magic = 0x0800 + {1: 1, 3: 3}[array.ndim]
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", magic))
+        f.write(b"".join(struct.pack(">I", d) for d in array.shape))
+        f.write(array.astype(np.uint8).tobytes())
+
+
+def write_mnist(root: Path, folder: str = "MNIST", n_train: int = 60, n_test: int = 20) -> None:
+    raw = root / folder / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        _idx(raw / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28)))
+        _idx(raw / f"{prefix}-labels-idx1-ubyte", np.arange(n) % 10)
+
+
+def write_cifar10(root: Path, per_batch: int = 10) -> None:
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {
+            "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+            "labels": [i % 10 for i in range(per_batch)],
+        }
+        with open(folder / name, "wb") as f:
+            pickle.dump(batch, f)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump(
+            {
+                "label_names": [
+                    "airplane",
+                    "automobile",
+                    "bird",
+                    "cat",
+                    "deer",
+                    "dog",
+                    "frog",
+                    "horse",
+                    "ship",
+                    "truck",
+                ]
+            },
+            f,
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "folder", "shape"),
+    [
+        ("mnist", "MNIST", (1, 28, 28)),
+        ("fashion_mnist", "FashionMNIST", (1, 28, 28)),
+        ("cifar10", None, (3, 32, 32)),
+    ],
+)
+def test_torchvision_sets_from_disk(tmp_path, name, folder, shape):
+    if name == "cifar10":
+        write_cifar10(tmp_path)
+        n_train, n_test = 50, 10
+    else:
+        write_mnist(tmp_path, folder)
+        n_train, n_test = 60, 20
+    dm = ImageDataModule(
+        name, root=str(tmp_path), eval_transform=TO_TENSOR, train_transform=TO_TENSOR, batch_size=8
+    )
+    dm.prepare_data()
+    dm.setup()
+    assert dm.input_shape == shape and dm.num_classes == 10
+    assert len(dm.train_set) + len(dm.val_set) == n_train and len(dm.test_set) == n_test
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (8, *shape) and y.dtype == torch.int64
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "cifar10"])
+def test_torchvision_missing_files_say_where(tmp_path, name):
+    dm = ImageDataModule(name, root=str(tmp_path), download=False)
+    with pytest.raises(UserError, match=f"{name} not found: looked in {tmp_path}.*download=true"):
+        dm.setup()
+
+
+def test_splits_are_seeded_and_disjoint(tmp_path):
+    csv_file, image_dir = write_image_folder(tmp_path, n=40)
+
+    def split(seed):
+        dm = ImageDataModule(
+            "image_csv",
+            csv_file=str(csv_file),
+            image_dir=str(image_dir),
+            eval_transform=TO_TENSOR,
+            split_seed=seed,
+        )
+        dm.setup()
+        return [list(s.indices) for s in (dm.train_set, dm.val_set, dm.test_set)]
+
+    a, b, c = split(0), split(0), split(1)
+    assert a == b and a != c
+    assert sorted(a[0] + a[1] + a[2]) == list(range(40))
+    assert (len(a[1]), len(a[2])) == (4, 4)
