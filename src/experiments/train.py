@@ -36,7 +36,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from hydra.utils import instantiate
     from lightning.pytorch.callbacks import LearningRateMonitor
 
-    from experiments.utils import route_lightning_logs, write_json
+    from experiments.callbacks import StateDictCheckpoint
+    from experiments.io import load_state_dict_file, write_json
+    from experiments.utils import route_lightning_logs
 
     route_lightning_logs()
     validate(cfg)
@@ -74,6 +76,15 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trainer.fit(model, datamodule=datamodule)
     metrics = _scalars(trainer.callback_metrics)
     if cfg.get("test"):
+        best = next((c for c in callbacks if isinstance(c, StateDictCheckpoint)), None)
+        if best is not None and best.best_path is not None and best.best_path.is_file():
+            log.info(
+                "testing best.pt (epoch %d, %s=%.4f)",
+                best.best_epoch + 1,
+                best.monitor,
+                best.best_score,
+            )
+            load_state_dict_file(model.net, best.best_path, map_location=model.device)
         for result in trainer.test(model, datamodule=datamodule, verbose=False):
             metrics.update(_scalars(result))
 

@@ -2,31 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
-from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-
-
-def write_json(path: str | os.PathLike, data: Any) -> None:
-    """Write ``data`` as JSON atomically (temp file in the same folder, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def print_config_tree(cfg: DictConfig, order: tuple[str, ...] = ()) -> None:

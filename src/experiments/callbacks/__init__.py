@@ -1,5 +1,15 @@
 """Lightning callbacks, one per file."""
 
+from experiments.callbacks.profiling import Profiling
 from experiments.callbacks.progress import TerseProgressBar
+from experiments.callbacks.state_dict_checkpoint import StateDictCheckpoint
+from experiments.callbacks.torch_compile import TorchCompile
+from experiments.callbacks.validation_accuracy import ValidationAccuracy
 
-__all__ = ["TerseProgressBar"]
+__all__ = [
+    "Profiling",
+    "StateDictCheckpoint",
+    "TerseProgressBar",
+    "TorchCompile",
+    "ValidationAccuracy",
+]

@@ -55,15 +55,16 @@ class ClassificationModule(L.LightningModule):
         self.scheduler_interval = scheduler_interval
         self.loss_fn = nn.CrossEntropyLoss()
         # one metric per stage: their states must not mix (nn.Module owns "train", so no ModuleDict)
-        self.train_acc = MulticlassAccuracy(num_classes)
-        self.val_acc = MulticlassAccuracy(num_classes)
-        self.test_acc = MulticlassAccuracy(num_classes)
+        # average="micro": the share of correct predictions (torchmetrics defaults to macro)
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         _freeze(net, freeze)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
-    def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> torch.Tensor:
+    def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> dict:
         x, y = batch  # x: (B, C, H, W); y: (B,) class indices or (B, K) one-hot/soft targets
         logits = self.net(x)  # (B, K)
         loss = self.loss_fn(logits, y)
@@ -80,16 +81,17 @@ class ClassificationModule(L.LightningModule):
             batch_size=x.shape[0],
         )
         self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage != "train")
-        return loss
+        # callbacks (validation accuracy, confusion matrix) read logits/labels from here
+        return {"loss": loss, "logits": logits.detach(), "labels": labels}
 
     def training_step(self, batch, batch_idx):
         return self._shared_step(batch, "train")
 
     def validation_step(self, batch, batch_idx):
-        self._shared_step(batch, "val")
+        return self._shared_step(batch, "val")
 
     def test_step(self, batch, batch_idx):
-        self._shared_step(batch, "test")
+        return self._shared_step(batch, "test")
 
     def configure_optimizers(self):
         params = [p for p in self.net.parameters() if p.requires_grad]

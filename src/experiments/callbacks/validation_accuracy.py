@@ -1,0 +1,168 @@
+"""Validation accuracy in depth: best-so-far, per class, confusion matrix, learning curves."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+from pathlib import Path
+
+import lightning as L
+import torch
+from torchmetrics.classification import MulticlassConfusionMatrix
+
+log = logging.getLogger(__name__)
+
+
+class ValidationAccuracy(L.Callback):
+    """Track validation accuracy from the argmax of the logits the module returns.
+
+    Each validation epoch (the loop runs in eval mode without gradients) it updates a
+    torchmetrics confusion matrix from ``validation_step``'s ``{"logits", "labels"}``
+    output, and logs ``val/acc_best`` and ``val/acc_class/<name>`` to every logger.
+    At the end of fit it writes ``confusion_matrix.csv``/``.png`` (last validation
+    epoch, rows = true class) and ``learning_curves.png`` into ``dirpath``.
+
+    Args:
+        dirpath: where the files go; None means the trainer's ``default_root_dir``.
+        log_per_class: log one accuracy per class (skipped above 100 classes).
+        plots: write the PNG files (the CSV is always written).
+    """
+
+    def __init__(
+        self, dirpath: str | None = None, log_per_class: bool = True, plots: bool = True
+    ) -> None:
+        self.dirpath = Path(dirpath) if dirpath else None
+        self.log_per_class = log_per_class
+        self.plots = plots
+        self.confmat: MulticlassConfusionMatrix | None = None
+        self.best: float | None = None
+        self.epoch_acc: float | None = None
+        self.last_matrix: torch.Tensor | None = None
+        self.history: list[dict[str, float]] = []
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if self.dirpath is None:
+            self.dirpath = Path(trainer.default_root_dir)
+
+    def _class_names(self, trainer, n: int) -> list[str]:
+        names = list(getattr(trainer.datamodule, "class_names", []) or [])
+        return names if len(names) == n else [str(i) for i in range(n)]
+
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        if self.confmat is not None:
+            self.confmat.reset()
+
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
+    ) -> None:
+        if not isinstance(outputs, dict) or "logits" not in outputs:
+            return
+        logits, labels = outputs["logits"], outputs["labels"]  # (B, K), (B,)
+        if self.confmat is None:
+            self.confmat = MulticlassConfusionMatrix(logits.shape[1]).to(logits.device)
+        self.confmat.update(logits.argmax(dim=1), labels)
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if self.confmat is None or self.confmat.update_count == 0:
+            return
+        matrix = self.confmat.compute()  # (K, K), summed over all ranks
+        self.confmat.reset()
+        if trainer.sanity_checking:
+            return
+        total = matrix.sum().clamp_min(1)
+        acc = float(matrix.diag().sum() / total)
+        per_class = matrix.diag() / matrix.sum(dim=1).clamp_min(1)
+        self.epoch_acc = acc
+        self.last_matrix = matrix.cpu()
+        if math.isfinite(acc) and (self.best is None or acc > self.best):
+            self.best = acc
+        pl_module.log("val/acc_best", self.best if self.best is not None else acc)
+        names = self._class_names(trainer, matrix.shape[0])
+        if self.log_per_class and len(names) <= 100:
+            for name, value in zip(names, per_class.tolist(), strict=True):
+                pl_module.log(f"val/acc_class/{name}", value)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        metrics = trainer.callback_metrics
+        row = {"epoch": trainer.current_epoch}
+        for key, name in (
+            ("train/loss_epoch", "train/loss"),
+            ("train/loss", "train/loss"),
+            ("val/loss", "val/loss"),
+        ):
+            if key in metrics and name not in row:
+                row[name] = float(metrics[key])
+        if self.epoch_acc is not None:
+            row["val/acc"] = self.epoch_acc
+        self.history.append(row)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if not trainer.is_global_zero or self.last_matrix is None:
+            return
+        names = self._class_names(trainer, self.last_matrix.shape[0])
+        self.dirpath.mkdir(parents=True, exist_ok=True)
+        with open(self.dirpath / "confusion_matrix.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["true\\predicted", *names])
+            for name, row in zip(names, self.last_matrix.tolist(), strict=True):
+                writer.writerow([name, *[int(v) for v in row]])
+        if self.plots:
+            self._plot_confusion(names)
+            self._plot_curves()
+
+    def _plot_confusion(self, names: list[str]) -> None:
+        from matplotlib.figure import Figure  # object API: no global backend or pyplot state
+
+        matrix = self.last_matrix.numpy()
+        k = len(names)
+        size = min(3 + 0.45 * k, 24)
+        fig = Figure(figsize=(size, size * 0.85))
+        ax = fig.add_subplot()
+        image = ax.imshow(matrix, cmap="Blues")
+        fig.colorbar(image, ax=ax, fraction=0.046)
+        ax.set_xticks(range(k), names, rotation=90 if k > 10 else 0)
+        ax.set_yticks(range(k), names)
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("true")
+        acc = self.epoch_acc if self.epoch_acc is not None else float("nan")
+        ax.set_title(f"validation confusion matrix (acc {acc:.3f})")
+        if k <= 30:
+            threshold = matrix.max() / 2
+            for i in range(k):
+                for j in range(k):
+                    ax.text(
+                        j,
+                        i,
+                        int(matrix[i, j]),
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if matrix[i, j] > threshold else "black",
+                    )
+        fig.tight_layout()
+        fig.savefig(self.dirpath / "confusion_matrix.png", dpi=110)
+
+    def _plot_curves(self) -> None:
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+
+        fig = Figure(figsize=(10, 4))
+        loss_ax, acc_ax = fig.subplots(1, 2)
+        for key in ("train/loss", "val/loss"):
+            points = [(r["epoch"] + 1, r[key]) for r in self.history if key in r]
+            if points:
+                loss_ax.plot(*zip(*points, strict=True), marker="o", label=key)
+        loss_ax.set_xlabel("epoch")
+        loss_ax.set_ylabel("loss")
+        loss_ax.legend()
+        points = [(r["epoch"] + 1, r["val/acc"]) for r in self.history if "val/acc" in r]
+        if points:
+            acc_ax.plot(*zip(*points, strict=True), marker="o", color="tab:green", label="val/acc")
+        acc_ax.set_xlabel("epoch")
+        acc_ax.set_ylabel("accuracy")
+        acc_ax.legend()
+        for ax in (loss_ax, acc_ax):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        fig.tight_layout()
+        fig.savefig(self.dirpath / "learning_curves.png", dpi=110)

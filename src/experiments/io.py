@@ -1,0 +1,118 @@
+"""Atomic file writes and safe state_dict loading: a kill at any instant leaves the
+previous file whole, and a loaded file never runs code."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from experiments.errors import UserError
+
+COMPILE_PREFIX = "_orig_mod."
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
+    """Write a file through ``write(f)`` so that ``path`` is always old-and-whole or new-and-whole.
+
+    The bytes go to a temp file in the same folder (same filesystem, so the rename is
+    atomic), are flushed and fsynced, then renamed over ``path``; the folder is fsynced
+    so the rename itself survives a power cut.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some filesystems do not let a folder be opened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json(path: str | os.PathLike, data: Any) -> Path:
+    """Write ``data`` as indented JSON, atomically."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def save_state_dict(state_dict: dict, path: str | os.PathLike) -> Path:
+    """``torch.save`` a state_dict atomically, with ``_orig_mod.`` (torch.compile) stripped."""
+    import torch
+
+    clean = strip_compile_prefix(state_dict)
+    return atomic_write(path, lambda f: torch.save(clean, f))
+
+
+def strip_compile_prefix(state_dict: dict) -> dict:
+    """Drop the ``_orig_mod.`` that ``torch.compile(module)`` puts in front of every key."""
+    return {
+        k.replace(COMPILE_PREFIX, "") if COMPILE_PREFIX in k else k: v
+        for k, v in state_dict.items()
+    }
+
+
+def read_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
+    """Load a state_dict file with ``weights_only=True``: tensors and plain containers only.
+
+    Raises:
+        UserError: one line naming the file when it is missing, empty, truncated, not a
+            state_dict, or carries pickled code (which is refused, never run).
+    """
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}")
+    if path.stat().st_size == 0:
+        raise UserError(f"checkpoint {path} is empty (0 bytes)")
+    try:
+        obj = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # truncated zip, pickle refused by the weights-only unpickler, ...
+        reason = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), repr(err))
+        if "weights_only" in str(err) or "Unsupported" in str(err):
+            reason = "it holds pickled objects that are not plain weights (refused, not run)"
+        raise UserError(f"checkpoint {path} cannot be loaded: {reason[:200]}") from None
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
+    ):
+        raise UserError(f"checkpoint {path} is not a state_dict (a dict of name -> tensor)")
+    return strip_compile_prefix(obj)
+
+
+def load_state_dict_file(net, path: str | os.PathLike, map_location: Any = "cpu") -> None:
+    """Load ``path`` into ``net`` (safely, see ``read_state_dict``); keys must match exactly."""
+    state_dict = read_state_dict(path, map_location)
+    own = set(net.state_dict())
+    missing, unexpected = sorted(own - set(state_dict)), sorted(set(state_dict) - own)
+    if missing or unexpected:
+        raise UserError(
+            f"checkpoint {path} does not fit this network: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}"
+        )
+    try:
+        net.load_state_dict(state_dict)
+    except RuntimeError as err:  # shape mismatch
+        line = str(err).strip().splitlines()[-1].strip()
+        raise UserError(f"checkpoint {path} does not fit this network: {line}") from None

@@ -1,0 +1,58 @@
+"""Small datasets and nets for tests, importable by Hydra ``_target_`` paths."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class RandomImages(Dataset):
+    """Seeded random ``(C, H, W)`` tensors with labels; ``delay`` seconds per item."""
+
+    def __init__(self, n: int, shape: Sequence[int], num_classes: int, delay: float, seed: int):
+        gen = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, *shape, generator=gen)
+        self.targets = torch.arange(n) % num_classes
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        if self.delay:
+            time.sleep(self.delay)  # stands in for slow decoding / remote storage
+        return self.x[i], self.targets[i]
+
+
+def random_sets(
+    transform=None,
+    target_transform=None,
+    n: int = 400,
+    shape=(1, 8, 8),
+    num_classes: int = 4,
+    delay: float = 0.0,
+):
+    """Train and test sets of RandomImages (transforms are ignored: these are tensors)."""
+    return (
+        RandomImages(n, shape, num_classes, delay, 0),
+        RandomImages(n // 4, shape, num_classes, delay, 1),
+    )
+
+
+class BranchyNet(nn.Module):
+    """A net with a data-dependent ``if``: torch.compile must break the graph there."""
+
+    def __init__(self, in_shape: Sequence[int], num_classes: int) -> None:
+        super().__init__()
+        self.flat = nn.Flatten()
+        self.fc = nn.Linear(int(torch.tensor(in_shape).prod()), num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(self.flat(x))
+        if h.sum() > 0:  # depends on the values: Dynamo cannot trace through it
+            return h * 2
+        return h

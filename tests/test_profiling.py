@@ -1,0 +1,60 @@
+"""The profiling callback: files, numbers, and a verdict: data-bound or compute-bound."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.train import train
+
+
+def _sets(delay: float, shape: str) -> list[str]:
+    return [
+        f"data.dataset={{_target_:tests.helpers.random_sets,_partial_:true,delay:{delay},"
+        f"shape:{shape},n:480}}",
+        "data.batch_size=16",
+        "data.num_workers=0",
+        "trainer.max_epochs=2",
+        "trainer.limit_val_batches=2",
+        "test=false",
+    ]
+
+
+@pytest.mark.slow
+def test_sleepy_dataset_is_called_data_bound(make_cfg, tmp_path):
+    train(make_cfg("profile=true", *_sets(0.002, "[1,8,8]")))
+    out = tmp_path / "run" / "profile"
+    trace = json.loads((out / "trace.json").read_text())
+    assert trace["traceEvents"], "empty trace"
+    assert "Self CPU" in (out / "ops.txt").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["epoch"] == 1 and summary["steps"] >= 5
+    assert summary["data_wait_frac"] > 0.5
+    assert summary["verdict"].startswith("data loading is")
+    assert "try data.num_workers=" in summary["verdict"]
+    assert summary["steps_per_s"] > 0 and summary["samples_per_s"] > summary["steps_per_s"]
+    metrics = (tmp_path / "run" / "csv" / "metrics.csv").read_text()
+    assert "perf/data_wait_frac" in metrics and "perf/samples_per_s" in metrics
+
+
+@pytest.mark.slow
+def test_in_memory_tensors_are_called_compute_bound(make_cfg, tmp_path):
+    train(
+        make_cfg(
+            "profile=true", "model=cnn", "model.net.channels=[32,64]", *_sets(0.0, "[3,32,32]")
+        )
+    )
+    summary = json.loads((tmp_path / "run" / "profile" / "summary.json").read_text())
+    assert summary["data_wait_frac"] < 0.25
+    assert "compute dominates" in summary["verdict"]
+
+
+def test_off_means_no_profiler(make_cfg, tmp_path):
+    from hydra.utils import instantiate
+
+    cfg = make_cfg("debug=limit")
+    callback = instantiate(cfg.callbacks.profiling)
+    assert callback.enabled is False
+    train(cfg)
+    assert not (tmp_path / "run" / "profile").exists()

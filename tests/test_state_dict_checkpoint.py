@@ -1,0 +1,165 @@
+"""Weights-only checkpoints: exact reload, atomic under SIGKILL, safe loading, no NaN best."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+import os
+import pickle
+import random
+import signal
+import time
+
+import lightning as L
+import pytest
+import torch
+from hydra.utils import instantiate
+from torch import nn
+
+from experiments.callbacks import StateDictCheckpoint
+from experiments.errors import UserError
+from experiments.io import load_state_dict_file, read_state_dict, save_state_dict
+from experiments.train import train
+
+
+@pytest.mark.slow
+def test_best_pt_reproduces_logged_val_acc(make_cfg, tmp_path):
+    cfg = make_cfg("trainer.max_epochs=4")
+    train(cfg)
+    ckpt = tmp_path / "run" / "checkpoints"
+    assert {"best.pt", "best.json", "last.pt", "last.json"} <= {p.name for p in ckpt.iterdir()}
+    side = json.loads((ckpt / "best.json").read_text())
+    assert side["monitor"] == "val/acc" and side["net"]["_target_"] == "experiments.models.MLP"
+    assert side["in_shape"] == [1, 8, 8] and len(side["class_names"]) == 10
+
+    state = torch.load(ckpt / "best.pt", weights_only=True)
+    assert all(isinstance(v, torch.Tensor) for v in state.values())
+    net = instantiate(cfg.model.net, in_shape=(1, 8, 8), num_classes=10)
+    net.load_state_dict(state)
+    net.eval()
+    dm = instantiate(cfg.data)
+    dm.setup()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in dm.val_dataloader():
+            correct += int((net(x).argmax(1) == y).sum())
+            total += len(y)
+    assert correct / total == pytest.approx(side["value"], abs=1e-6)
+
+
+def _state(i: int) -> dict:
+    # 8 x 10k floats (~320 KB): small tensors keep ops single-threaded (safe after fork)
+    return {
+        **{f"w{j}": torch.full((100, 100), float(i)) for j in range(8)},
+        "step": torch.tensor(i),
+    }
+
+
+def _write_forever(path):
+    torch.set_num_threads(1)
+    i = 0
+    while True:
+        i += 1
+        save_state_dict(_state(i), path)
+
+
+def test_sigkill_never_leaves_a_broken_last_pt(tmp_path):
+    path = tmp_path / "last.pt"
+    save_state_dict(_state(0), path)
+    ctx = mp.get_context("fork")
+    rng = random.Random(0)
+    steps = []
+    for _ in range(20):
+        proc = ctx.Process(target=_write_forever, args=(path,))
+        proc.start()
+        time.sleep(rng.uniform(0.05, 0.4))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        state = read_state_dict(path)  # raises if torn
+        assert torch.equal(state["w7"], torch.full((100, 100), float(state["step"])))
+        steps.append(int(state["step"]))
+    assert max(steps) > 0  # the writer really was overwriting the file when killed
+
+
+def test_compiled_keys_are_stripped_on_save_and_load(tmp_path):
+    net = nn.Sequential(nn.Linear(3, 2))
+    compiled = torch.compile(net)  # a wrapper: its state_dict keys start with _orig_mod.
+    assert all(k.startswith("_orig_mod.") for k in compiled.state_dict())
+    save_state_dict(compiled.state_dict(), tmp_path / "a.pt")
+    assert set(torch.load(tmp_path / "a.pt", weights_only=True)) == {"0.weight", "0.bias"}
+    torch.save(compiled.state_dict(), tmp_path / "elsewhere.pt")  # written by other code
+    fresh = nn.Sequential(nn.Linear(3, 2))
+    load_state_dict_file(fresh, tmp_path / "elsewhere.pt")
+    assert torch.equal(fresh[0].weight, net[0].weight)
+
+
+class Payload:
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        return (open, (self.target, "w"))  # would create a file if ever unpickled
+
+
+def test_bad_files_give_one_line_errors_and_never_run_code(tmp_path):
+    good = tmp_path / "good.pt"
+    save_state_dict(nn.Linear(4, 4).state_dict(), good)
+    data = good.read_bytes()
+    (tmp_path / "truncated.pt").write_bytes(data[: len(data) // 2])
+    (tmp_path / "empty.pt").write_bytes(b"")
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    canary = tmp_path / "pwned"
+    with open(tmp_path / "payload.pt", "wb") as f:
+        pickle.dump({"w": Payload(str(canary))}, f)
+    torch.save({"w": Payload(str(canary))}, tmp_path / "payload_zip.pt")
+    assert not canary.exists()
+    for name in (
+        "truncated.pt",
+        "empty.pt",
+        "list.pt",
+        "payload.pt",
+        "payload_zip.pt",
+        "missing.pt",
+    ):
+        with pytest.raises(UserError) as info:
+            load_state_dict_file(nn.Linear(4, 4), tmp_path / name)
+        message = str(info.value)
+        assert name in message and "\n" not in message, message
+    assert not canary.exists()
+    with pytest.raises(UserError, match="does not fit"):
+        load_state_dict_file(nn.Linear(4, 5), good)
+
+
+class NanAtEpoch1(L.LightningModule):
+    """Logs val/acc 0.5, then NaN, then 0.4."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(2, 2)
+
+    def training_step(self, batch, batch_idx):
+        return self.net(batch[0]).sum()
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/acc", [0.5, math.nan, 0.4][self.current_epoch])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_non_finite_value_never_replaces_best(tmp_path):
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), 2)
+    cb = StateDictCheckpoint(dirpath=str(tmp_path))
+    trainer = L.Trainer(
+        max_epochs=3,
+        callbacks=[cb],
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(NanAtEpoch1(), data, data)
+    side = json.loads((tmp_path / "best.json").read_text())
+    assert (side["epoch"], side["value"]) == (0, 0.5)
+    assert json.loads((tmp_path / "last.json").read_text())["epoch"] == 2
