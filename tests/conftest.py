@@ -41,6 +41,8 @@ def make_cfg(tmp_path, data_dir):
                     f"paths.data_dir={data_dir}",
                     f"paths.log_dir={tmp_path / 'outputs'}",
                     f"paths.output_dir={tmp_path / 'run'}",
+                    "paths.sweep_group=null",
+                    "paths.job_name=null",
                     *overrides,
                 ],
             )

@@ -13,16 +13,29 @@ from torch.utils.data import Dataset
 class RandomImages(Dataset):
     """Seeded random ``(C, H, W)`` tensors with labels; ``delay`` seconds per item."""
 
-    def __init__(self, n: int, shape: Sequence[int], num_classes: int, delay: float, seed: int):
+    def __init__(
+        self,
+        n: int,
+        shape: Sequence[int],
+        num_classes: int,
+        delay: float,
+        seed: int,
+        fail_after: int = -1,
+    ):
         gen = torch.Generator().manual_seed(seed)
         self.x = torch.randn(n, *shape, generator=gen)
         self.targets = torch.arange(n) % num_classes
         self.delay = delay
+        self.fail_after = fail_after
+        self.reads = 0
 
     def __len__(self) -> int:
         return len(self.x)
 
     def __getitem__(self, i: int):
+        self.reads += 1
+        if 0 <= self.fail_after < self.reads:
+            raise RuntimeError(f"disk error reading sample {i}")  # a job that dies mid-fit
         if self.delay:
             time.sleep(self.delay)  # stands in for slow decoding / remote storage
         return self.x[i], self.targets[i]
@@ -35,10 +48,14 @@ def random_sets(
     shape=(1, 8, 8),
     num_classes: int = 4,
     delay: float = 0.0,
+    fail_after: int = -1,
 ):
-    """Train and test sets of RandomImages (transforms are ignored: these are tensors)."""
+    """Train and test sets of RandomImages (transforms are ignored: these are tensors).
+
+    ``fail_after`` >= 0 makes the train set raise after that many reads.
+    """
     return (
-        RandomImages(n, shape, num_classes, delay, 0),
+        RandomImages(n, shape, num_classes, delay, 0, fail_after),
         RandomImages(n // 4, shape, num_classes, delay, 1),
     )
 

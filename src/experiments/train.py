@@ -21,6 +21,14 @@ from experiments.errors import UserError, find_user_error
 log = logging.getLogger(__name__)
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+
+
+def _sweep_group(mode, sweep_dir: str) -> str | None:
+    return Path(sweep_dir).name if str(mode).endswith("MULTIRUN") else None
+
+
+# used by conf/paths: the W&B group of a sweep's jobs
+OmegaConf.register_new_resolver("experiments.sweep_group", _sweep_group, replace=True)
 GROUP_ORDER = ("data", "model", "optimizer", "scheduler", "trainer", "callbacks", "logger")
 
 
@@ -37,7 +45,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from lightning.pytorch.callbacks import LearningRateMonitor
 
     from experiments.callbacks import StateDictCheckpoint
+    from experiments.config import redact
     from experiments.io import load_state_dict_file, write_json
+    from experiments.tracking import finish_loggers
     from experiments.utils import route_lightning_logs
 
     route_lightning_logs()
@@ -70,23 +80,30 @@ def train(cfg: DictConfig) -> dict[str, float]:
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
 
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    for logger in loggers:
-        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    checkpoints = next((c for c in callbacks if isinstance(c, StateDictCheckpoint)), None)
+    try:
+        for logger in loggers:
+            logger.log_hyperparams(redact(OmegaConf.to_container(cfg, resolve=True)))
 
-    trainer.fit(model, datamodule=datamodule)
-    metrics = _scalars(trainer.callback_metrics)
-    if cfg.get("test"):
-        best = next((c for c in callbacks if isinstance(c, StateDictCheckpoint)), None)
-        if best is not None and best.best_path is not None and best.best_path.is_file():
-            log.info(
-                "testing best.pt (epoch %d, %s=%.4f)",
-                best.best_epoch + 1,
-                best.monitor,
-                best.best_score,
-            )
-            load_state_dict_file(model.net, best.best_path, map_location=model.device)
-        for result in trainer.test(model, datamodule=datamodule, verbose=False):
-            metrics.update(_scalars(result))
+        trainer.fit(model, datamodule=datamodule)
+        metrics = _scalars(trainer.callback_metrics)
+        if cfg.get("test"):
+            if checkpoints is not None and checkpoints.best_path.is_file():
+                log.info(
+                    "testing best.pt (epoch %d, %s=%.4f)",
+                    checkpoints.best_epoch + 1,
+                    checkpoints.monitor,
+                    checkpoints.best_score,
+                )
+                load_state_dict_file(model.net, checkpoints.best_path, map_location=model.device)
+            for result in trainer.test(model, datamodule=datamodule, verbose=False):
+                metrics.update(_scalars(result))
+    except BaseException:
+        finish_loggers(loggers, failed=True)  # one W&B run per job, closed even on failure
+        raise
+    finish_loggers(
+        loggers, failed=False, checkpoint_dir=checkpoints.dirpath if checkpoints else None
+    )
 
     summary = {
         **metrics,

@@ -1,0 +1,121 @@
+"""Experiment tracking with Weights & Biases: online when an account is configured, offline
+otherwise, never a prompt or a hang, and exactly one W&B run per job."""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "online", "offline", "disabled")
+
+
+def has_wandb_key() -> bool:
+    """True when a W&B API key is configured (``WANDB_API_KEY`` or ``wandb login``'s netrc)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
+    path = os.environ.get("NETRC", str(Path.home() / ".netrc"))
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_mode(mode: str) -> str:
+    """``auto`` -> ``WANDB_MODE`` if set, else online with a key, else offline (with a notice)."""
+    if mode not in MODES:
+        from experiments.errors import UserError
+
+        raise UserError(f"logger.wandb.mode={mode!r} is not valid; use one of {', '.join(MODES)}")
+    if mode != "auto":
+        return mode
+    if os.environ.get("WANDB_MODE") in MODES[1:]:
+        return os.environ["WANDB_MODE"]
+    if has_wandb_key():
+        return "online"
+    log.info("W&B: no API key configured, logging offline (upload later with `wandb sync`)")
+    return "offline"
+
+
+def wandb_logger(
+    project: str = "experiments",
+    entity: str | None = None,
+    group: str | None = None,
+    name: str | None = None,
+    tags: Sequence[str] = (),
+    mode: str = "auto",
+    save_dir: str = ".",
+    job_type: str = "train",
+    log_checkpoints: bool = False,
+):
+    """Build Lightning's ``WandbLogger`` with the mode resolved and no interactive prompts.
+
+    Args:
+        project: W&B project.
+        entity: W&B team or user; None uses the account's default.
+        group: groups runs in the UI; in a sweep, the sweep's name (set by config).
+        name: run name; in a sweep, the job's overrides. Empty or None: W&B picks one.
+        tags: run tags.
+        mode: ``auto`` (online with a key, else offline), ``online``, ``offline``, ``disabled``.
+        save_dir: parent of the ``wandb/`` folder (the run dir).
+        job_type: W&B job type.
+        log_checkpoints: upload ``best.pt``/``last.pt`` as a model artifact at the end.
+    """
+    import wandb
+    from lightning.pytorch.loggers import WandbLogger
+
+    mode = resolve_mode(mode)
+    Path(save_dir).mkdir(parents=True, exist_ok=True)
+    logger = WandbLogger(
+        project=project,
+        entity=entity,
+        group=group or None,
+        name=name or None,
+        tags=list(tags),
+        save_dir=save_dir,
+        log_model=False,  # checkpoints go up as our own state_dict artifact, if asked
+        job_type=job_type,
+        mode=mode,
+        # no TTY prompts, no console flood; a dead network fails init instead of hanging
+        settings=wandb.Settings(quiet=True, init_timeout=60, console="off"),
+    )
+    logger.log_checkpoints = log_checkpoints
+    return logger
+
+
+def finish_loggers(loggers: Iterable, failed: bool, checkpoint_dir: Path | None = None) -> None:
+    """Close every logger at the end of a job, also one that raised.
+
+    Lightning's WandbLogger never calls ``wandb.finish()``: without this, the next job of a
+    multirun would log into this job's W&B run.
+    """
+    for logger in loggers:
+        try:
+            logger.finalize("failed" if failed else "success")
+        except Exception as err:  # a logger failing to close must not hide the real error
+            log.warning("could not finalize %s: %s", type(logger).__name__, err)
+        run = getattr(logger, "_experiment", None)
+        if run is None or not hasattr(run, "finish"):
+            continue
+        if getattr(logger, "log_checkpoints", False) and not failed and checkpoint_dir:
+            _upload_checkpoints(run, checkpoint_dir)
+        run.finish(exit_code=1 if failed else 0)
+        logger._experiment = None
+
+
+def _upload_checkpoints(run, checkpoint_dir: Path) -> None:
+    import wandb
+
+    files = [checkpoint_dir / n for n in ("best.pt", "best.json", "last.pt", "last.json")]
+    files = [f for f in files if f.is_file()]
+    if not files:
+        return
+    artifact = wandb.Artifact(f"model-{run.id}", type="model")
+    for path in files:
+        artifact.add_file(str(path))
+    run.log_artifact(artifact, aliases=["best", "latest"])
