@@ -1,0 +1,244 @@
+"""``python -m experiments.predict``: classify new images with a finished run's checkpoint.
+
+Examples:
+    python -m experiments.predict run_dir=<run> input=new_images/
+    python -m experiments.predict run_dir=<run> input=batch.csv image_dir=/data/imgs output=out.csv
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from experiments.errors import UserError
+from experiments.rundir import (
+    checkpoint_path,
+    load_run_config,
+    parse_args,
+    read_sidecar,
+    resolved,
+    run_main,
+)
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+COLUMNS = ("file", "predicted", "probability")
+
+USAGE = """\
+usage: python -m experiments.predict run_dir=<run folder> input=<image folder | file.csv>
+           [ckpt=best|last|<file.pt>] [output=<file.csv>] [image_dir=<folder>]
+           [device=auto|cpu|cuda] [key=value ...]
+
+Classifies every image in a folder (png jpg jpeg bmp gif webp tif, sorted by name) or
+every row of a CSV with a `filename` column (relative to the CSV's folder, or to
+image_dir), with the run's eval transform and checkpoint (default best). Writes
+file,predicted,probability (softmax of the predicted class) to <run>/predictions.csv
+or output. Other key=value arguments override keys of the run's config, e.g.
+data.batch_size=256."""
+
+
+def predict(
+    run_dir: str | Path,
+    input: str | Path,
+    ckpt: str = "best",
+    output: str | Path | None = None,
+    image_dir: str | Path | None = None,
+    device: str = "auto",
+    overrides: Sequence[str] = (),
+) -> Path:
+    """Predict the class of every input image and write a CSV of ``file,predicted,probability``.
+
+    Images are decoded as in training: converted to the mode and resized to the size of
+    the checkpoint's sidecar ``in_shape`` (``[C, H, W]``; C=1 -> ``L``, 3 -> ``RGB``),
+    then passed through the run's ``data.eval_transform``.
+
+    Args:
+        run_dir: a folder made by ``python -m experiments.train``.
+        input: a folder of images, or a CSV with a ``filename`` column.
+        ckpt: ``best``, ``last`` or a path to a weights-only ``.pt`` state_dict.
+        output: the CSV to write; None means ``<run_dir>/predictions.csv``.
+        image_dir: folder the CSV's file names are relative to (default: the CSV's folder).
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        overrides: ``key=value`` changes to the run's config (keys must exist).
+
+    Returns:
+        The path of the written CSV.
+
+    Raises:
+        UserError: missing run, checkpoint or images, an empty folder, an unreadable image.
+    """
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir, overrides)
+    ckpt_path = checkpoint_path(run_dir, ckpt)
+    names, paths = _list_inputs(Path(input), Path(image_dir) if image_dir else None)
+    output = Path(output) if output else run_dir / "predictions.csv"
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"device={device!r} is not valid; use auto, cpu or cuda")
+    net_cfg = resolved(cfg, "model.net")
+    if net_cfg is None:
+        raise UserError(f"{run_dir}/.hydra/config.yaml has no model.net section")
+    transform_cfg = resolved(cfg, "data.eval_transform")
+    batch_size = int(resolved(cfg, "data.batch_size") or 64)
+    pre_size = resolved(cfg, "data.image_size")
+    in_shape, class_names = _shape_and_classes(ckpt_path, cfg)
+
+    # imported here: torch costs seconds, argument mistakes should not wait for it
+    import torch
+    from hydra.utils import instantiate
+
+    from experiments.io import atomic_write, load_state_dict_file
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    transform = instantiate(transform_cfg) if transform_cfg is not None else _to_tensor()
+    net = instantiate(net_cfg, in_shape=tuple(in_shape), num_classes=len(class_names))
+    load_state_dict_file(net, ckpt_path)
+    net.to(device).eval()
+
+    mode = {1: "L", 3: "RGB"}[in_shape[0]]
+    # the size images had before the transform: data.image_size when the run set one,
+    # else the transformed size (true unless the eval transform itself resizes or crops)
+    size = tuple(pre_size) if pre_size else tuple(in_shape[1:])
+    rows = []
+    with torch.inference_mode():
+        for start in range(0, len(paths), batch_size):
+            chunk = paths[start : start + batch_size]
+            x = torch.stack([_load(p, mode, size, transform, in_shape) for p in chunk])
+            probs = torch.softmax(net(x.to(device)).float(), dim=1)  # (B, num_classes)
+            top_p, top_i = probs.max(dim=1)
+            for name, p, i in zip(
+                names[start : start + batch_size], top_p.tolist(), top_i.tolist(), strict=True
+            ):
+                rows.append((name, class_names[i], f"{p:.6f}"))
+
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    writer.writerows(rows)
+    atomic_write(output, lambda f: f.write(text.getvalue().encode()))
+    log.info("%d predictions with %s -> %s", len(rows), ckpt_path, output)
+    return output
+
+
+def _list_inputs(input: Path, image_dir: Path | None) -> tuple[list[str], list[Path]]:
+    """(names to report, files to read) from a folder of images or a CSV index."""
+    if input.is_dir():
+        files = sorted(
+            p for p in input.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+        )
+        if not files:
+            raise UserError(
+                f"no images in {input} (looked for {' '.join(IMAGE_SUFFIXES)}, not in subfolders)"
+            )
+        return [p.name for p in files], files
+    if not input.is_file():
+        raise UserError(f"input not found: {input} (give a folder of images or a CSV file)")
+    if input.suffix.lower() != ".csv":
+        raise UserError(f"input {input} is neither a folder nor a .csv file")
+    base = image_dir if image_dir is not None else input.parent
+    if not base.is_dir():
+        raise UserError(f"image_dir not found: {base}")
+    try:
+        with open(input, newline="") as f:
+            reader = csv.DictReader(f)
+            fields = [c.strip() for c in reader.fieldnames or []]
+            if "filename" not in fields:
+                raise UserError(f"{input}: header must have a 'filename' column, found {fields}")
+            reader.fieldnames = fields
+            names = [(rec.get("filename") or "").strip() for rec in reader]
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise UserError(f"cannot read {input}: {err}") from None
+    for row, name in enumerate(names, start=2):
+        if not name:
+            raise UserError(f"{input} row {row}: empty filename")
+        if not (base / name).is_file():
+            raise UserError(f"{input} row {row}: image {base / name} does not exist")
+    if not names:
+        raise UserError(f"{input}: no rows after the header")
+    return names, [base / n for n in names]
+
+
+def _shape_and_classes(ckpt_path: Path, cfg) -> tuple[list[int], list[str]]:
+    sidecar = read_sidecar(ckpt_path)
+    in_shape = list(sidecar.get("in_shape") or [])
+    class_names = [str(c) for c in sidecar.get("class_names") or []]
+    if not in_shape or not class_names:
+        in_shape, class_names = _from_datamodule(cfg)
+    if len(in_shape) != 3 or in_shape[0] not in (1, 3):
+        raise UserError(
+            f"{ckpt_path.with_suffix('.json')}: in_shape={in_shape}; predict reads images, "
+            f"so it needs [C, H, W] with C = 1 (grayscale) or 3 (RGB)"
+        )
+    return [int(v) for v in in_shape], class_names
+
+
+def _from_datamodule(cfg) -> tuple[list[int], list[str]]:
+    # no sidecar (a .pt from elsewhere): the training data tells shape and class names
+    from hydra.utils import instantiate
+
+    log.info("no in_shape/class_names sidecar next to the checkpoint: reading the run's data")
+    datamodule = instantiate(resolved(cfg, "data"))
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    return list(datamodule.input_shape), list(datamodule.class_names)
+
+
+def _to_tensor():
+    import torch
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+
+
+def _load(path: Path, mode: str, size: tuple[int, int], transform, in_shape: list[int]):
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            image = im.convert(mode)
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot read image {path}: {err}") from None
+    if image.size != size[::-1]:  # PIL sizes are (W, H)
+        image = image.resize(size[::-1], Image.BILINEAR)  # as CsvImageDataset resizes
+    x = transform(image)
+    if tuple(x.shape) != tuple(in_shape):
+        raise UserError(
+            f"image {path} becomes {tuple(x.shape)} after the eval transform, the net expects "
+            f"{tuple(in_shape)}; set (+)data.image_size=[H,W] to the size images had in training"
+        )
+    return x
+
+
+def _main(argv: list[str]) -> None:
+    own = {
+        "run_dir": None,
+        "input": None,
+        "ckpt": "best",
+        "output": "",
+        "image_dir": "",
+        "device": "auto",
+    }
+    options, overrides = parse_args(argv, own, USAGE)
+    path = predict(
+        options["run_dir"],
+        options["input"],
+        ckpt=options["ckpt"],
+        output=options["output"] or None,
+        image_dir=options["image_dir"] or None,
+        device=options["device"],
+        overrides=overrides,
+    )
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    run_main(_main, sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,380 @@
+"""A finished run's folder, read back safely: its saved config with ``key=value``
+overrides applied, every ``_target_`` checked before anything is built, and the paths
+and sidecars of its weights-only checkpoints. Shared by ``eval`` and ``predict``.
+
+Nothing here imports torch or Lightning, so argument and config mistakes answer in
+well under a second.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import json
+import logging
+import sys
+import types
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from experiments.errors import UserError, find_user_error
+
+log = logging.getLogger(__name__)
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# a run's config is a file anyone could have edited: only these may be built from it
+ALLOWED_PREFIXES = ("experiments.", "torch.", "torchvision.", "lightning.")
+ALLOWED_EXACT = ("hydra.utils.get_object",)
+# where the object a target names must actually live: `torch.os.system` starts with
+# "torch." but is os.system, so the prefix alone is not enough
+ALLOWED_MODULE_ROOTS = ("experiments", "torch", "torchvision", "lightning")
+# under the allowed roots, but they load or run code, spawn processes or fetch files
+DENIED_MODULES = (
+    "torch.hub",
+    "torch.serialization",
+    "torch.jit",
+    "torch.package",
+    "torch.utils.cpp_extension",
+    "torch.utils.data.datapipes",
+    "torch.ops",
+    "torch.library",
+    "torch.classes",
+    "torch.distributed",
+    "torch.multiprocessing",
+    "torch.compiler",
+    "torchvision.datasets.utils",
+    "lightning.pytorch.cli",
+    "lightning.fabric.cli",
+    "lightning.app",
+)
+
+
+def parse_args(argv: Sequence[str], own: dict[str, Any], usage: str) -> tuple[dict, list[str]]:
+    """Split ``key=value`` arguments into the command's own options and config overrides.
+
+    Args:
+        argv: the arguments after the program name.
+        own: the command's own keys and their defaults (``None`` = required).
+        usage: printed for ``-h`` / ``--help`` (then exit 0).
+
+    Returns:
+        ``(options, overrides)``: ``own`` updated from ``argv``, and the rest in order.
+    """
+    if any(a in ("-h", "--help", "help") for a in argv):
+        print(usage)
+        sys.exit(0)
+    options, overrides = dict(own), []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"argument {arg!r} is not key=value (see --help)")
+        if key in own:
+            # `run_dir=` (an unset shell variable) would otherwise mean the current folder
+            options[key] = value if value or own[key] is not None else None
+        else:
+            overrides.append(arg)
+    missing = [k for k, v in options.items() if v is None]
+    if missing:
+        raise UserError(f"missing {', '.join(f'{k}=<...>' for k in missing)} (see --help)")
+    return options, overrides
+
+
+def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
+    """The run's saved config with ``paths.output_dir`` set to ``run_dir`` and overrides applied.
+
+    Args:
+        run_dir: a run folder, as ``python -m experiments.train`` made it.
+        overrides: ``key=value`` (the key must exist in the run's config) or ``+key=value``
+            (adds a key). Values are parsed like YAML / Hydra: ``128``, ``null``, ``[1,2]``.
+
+    Raises:
+        UserError: missing folder or config, unknown key, unreadable YAML, a ``_target_``
+            outside the allowlist. The config is not resolved here (see ``resolved``).
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run_dir not found: {run_dir}")
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        raise UserError(
+            f"{run_dir} is not a run folder: {path} is missing "
+            f"(give the folder python -m experiments.train wrote, outputs/<task>/runs/<time>)"
+        )
+    try:
+        cfg = OmegaConf.load(path)  # a SafeLoader: YAML tags cannot build objects
+    except Exception as err:
+        raise UserError(f"cannot read {path}: {_first_line(err)}") from None
+    if not isinstance(cfg, DictConfig):
+        raise UserError(f"{path} does not hold a mapping of config keys")
+    # `${hydra:runtime.output_dir}` only resolves inside a Hydra run; this is the folder it named
+    if isinstance(cfg.get("paths"), DictConfig):
+        cfg.paths.output_dir = str(run_dir.resolve())
+    for arg in overrides:
+        _apply_override(cfg, arg, path)
+    where = f"{path} with overrides" if overrides else str(path)
+    check_targets(OmegaConf.to_container(cfg, resolve=False), where=where)
+    return cfg
+
+
+def _apply_override(cfg: DictConfig, arg: str, path: Path) -> None:
+    key, _, text = arg.partition("=")
+    add = key.startswith("+")
+    key = key.lstrip("+").strip()
+    try:
+        value = OmegaConf.to_container(OmegaConf.from_dotlist([f"k={text}"]))["k"]
+    except Exception as err:
+        raise UserError(f"override {arg!r}: cannot parse the value: {_first_line(err)}") from None
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    found, current = _lookup(plain, key.split("."))
+    if not found and not add:
+        hint = difflib.get_close_matches(key, list(_all_keys(plain)), n=1)
+        did_you_mean = f"; did you mean {hint[0]}?" if hint else ""
+        raise UserError(
+            f"override {key}: no such key in the run's config ({path}){did_you_mean} "
+            f"(+{key}=... adds one)"
+        )
+    if isinstance(current, dict) and value is not None and not isinstance(value, dict):
+        raise UserError(
+            f"override {key}={text}: {key} is a whole section of the run's config; "
+            f"eval/predict reuse the run's choice, set its keys instead (e.g. {key}.<key>=...)"
+        )
+    try:
+        OmegaConf.update(cfg, key, value, merge=False, force_add=add)
+    except OmegaConfBaseException as err:
+        raise UserError(f"override {arg!r}: {_first_line(err)}") from None
+
+
+def _lookup(node: Any, parts: list[str]) -> tuple[bool, Any]:
+    for part in parts:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False, None
+    return True, node
+
+
+def _all_keys(node: Any, prefix: str = "") -> Iterable[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield f"{prefix}{key}"
+            yield from _all_keys(value, f"{prefix}{key}.")
+
+
+def resolved(cfg: DictConfig, key: str) -> Any:
+    """``cfg[key]`` with interpolations resolved and its ``_target_``s checked, as a new config.
+
+    Only the parts a command builds are resolved: the rest of a run's config may hold
+    ``${hydra:...}`` values that have no meaning outside a Hydra run.
+    """
+    try:
+        node = OmegaConf.select(cfg, key)
+        plain = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    except OmegaConfBaseException as err:
+        bad = getattr(err, "full_key", None) or key
+        raise UserError(
+            f"cannot resolve {bad} of the run's config: {_first_line(err)} "
+            f"(override it, e.g. {bad}=<value>)"
+        ) from None
+    if plain is None:
+        return None
+    # checked again after resolving: an interpolation can put a new value in a _target_
+    check_targets(plain, where=key, prefix=f"{key}.")
+    return OmegaConf.create(plain) if isinstance(plain, dict | list) else plain
+
+
+@functools.cache
+def conf_targets(conf_dir: Path = CONF_DIR) -> set[str]:
+    """Every literal ``_target_`` (and ``get_object`` path) in the repo's ``conf/`` tree.
+
+    These are trusted as they ship with the code, and need no import to be checked.
+    """
+    targets: set[str] = set()
+    for file in sorted(conf_dir.rglob("*.yaml")):
+        try:
+            plain = OmegaConf.to_container(OmegaConf.load(file), resolve=False)
+        except Exception:  # a broken file in conf/ is train's error to report, not ours
+            continue
+        for _, target, node in _walk_targets(plain):
+            names = [target] + (_object_paths(node) if target in ALLOWED_EXACT else [])
+            targets.update(n for n in names if isinstance(n, str) and "${" not in n)
+    return targets
+
+
+def check_targets(plain: Any, where: str, prefix: str = "") -> None:
+    """Refuse a config whose ``_target_``s reach outside the allowlist, before building any.
+
+    A target is allowed when it equals one in the repo's ``conf/`` tree, or starts with
+    one of ``ALLOWED_PREFIXES`` and names an object that really lives in those packages
+    (and not in ``DENIED_MODULES``). ``hydra.utils.get_object``'s ``path`` is checked the
+    same way. Interpolated targets (``${...}``) are checked once resolved (``resolved``).
+
+    Raises:
+        UserError: naming the key and the refused target.
+    """
+    trusted = None
+    for key, target, node in _walk_targets(plain):
+        if isinstance(target, str) and "${" in target:
+            continue
+        names = [(f"{prefix}{key}._target_", target)]
+        if target in ALLOWED_EXACT:
+            if set(node) - {"_target_", "path", "_args_"} or len(_object_paths(node)) != 1:
+                raise UserError(
+                    f"{where}: {prefix}{key} calls {target} in an unexpected way (refused); "
+                    f"expected only a path: key"
+                )
+            names = [(f"{prefix}{key}.path", p) for p in _object_paths(node)]
+        for name, value in names:
+            if isinstance(value, str) and "${" in value:
+                continue
+            if trusted is None:
+                trusted = conf_targets()
+            if value in trusted:
+                continue
+            reason = _refusal(value)
+            if reason:
+                raise UserError(
+                    f"{where}: {name}={value!r} is refused ({reason}); allowed: targets in "
+                    f"conf/ or under {', '.join(ALLOWED_PREFIXES)}"
+                )
+
+
+def _object_paths(node: dict) -> list[Any]:
+    args = node.get("_args_") or []
+    return ([node["path"]] if "path" in node else []) + (
+        list(args) if isinstance(args, list) else [args]
+    )
+
+
+def _walk_targets(node: Any, key: str = ""):
+    """Yield ``(dotted key, target, node)`` for every mapping with a ``_target_``."""
+    if isinstance(node, dict):
+        if "_target_" in node:
+            yield key or "<root>", node["_target_"], node
+        for k, v in node.items():
+            yield from _walk_targets(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk_targets(v, f"{key}.{i}" if key else str(i))
+
+
+def _refusal(target: Any) -> str | None:
+    """Why ``target`` may not be built, or None when it may."""
+    if not isinstance(target, str):
+        return "not a dotted name"
+    if not target.startswith(ALLOWED_PREFIXES) or target in ALLOWED_PREFIXES:
+        return "outside the allowed packages"
+    if any(part.startswith("_") or not part.isidentifier() for part in target.split(".")):
+        return "a private or malformed name"
+    if _denied(target):
+        return "it can load or run code"
+    obj = _locate(target)
+    if obj is None:
+        return "it cannot be found"
+    if isinstance(obj, types.ModuleType):
+        return "a module, not a class or function"
+    module = getattr(obj, "__module__", None) or type(obj).__module__ or ""
+    if not isinstance(module, str) or module.split(".")[0] not in ALLOWED_MODULE_ROOTS:
+        return f"it is really {module}.{getattr(obj, '__name__', '?')}"
+    if _denied(module):
+        return "it can load or run code"
+    return None
+
+
+def _denied(name: str) -> bool:
+    return any(name == d or name.startswith(d + ".") for d in DENIED_MODULES)
+
+
+def _locate(target: str) -> Any:
+    # import the longest importable module prefix, then walk attributes: as Hydra does,
+    # but only ever importing modules under the allowed prefixes (checked above)
+    parts = target.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for part in parts[i:]:
+                obj = getattr(obj, part)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
+    """``best`` / ``last`` -> ``<run_dir>/checkpoints/<name>.pt``; else a file path.
+
+    A relative file path is tried from the current folder, then from ``run_dir`` and
+    ``run_dir/checkpoints``.
+
+    Raises:
+        UserError: the file does not exist (naming the path).
+    """
+    run_dir = Path(run_dir)
+    if ckpt in ("best", "last"):
+        path = run_dir / "checkpoints" / f"{ckpt}.pt"
+    else:
+        path = Path(ckpt)
+        if not path.is_absolute() and not path.exists():
+            path = next(
+                (p for p in (run_dir / path, run_dir / "checkpoints" / path) if p.exists()), path
+            )
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}")
+    if path.suffix == ".ckpt":
+        raise UserError(
+            f"checkpoint {path} is a full Lightning checkpoint (for resuming); "
+            f"give a weights-only .pt file: ckpt=best, ckpt=last or ckpt=<file.pt>"
+        )
+    return path
+
+
+def read_sidecar(ckpt: Path) -> dict:
+    """The ``.json`` written next to ``best.pt`` / ``last.pt``, or ``{}`` when there is none.
+
+    Its values are only ever read as data (shapes, class names), never built.
+    """
+    path = ckpt.with_suffix(".json")
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot read {path}: {_first_line(err)}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} does not hold a JSON object")
+    return data
+
+
+def run_main(body, argv: Sequence[str]) -> None:
+    """Run ``body(argv)`` as an entry point: a UserError becomes ``error: <line>`` and exit 1."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        body(list(argv))
+    except Exception as err:
+        user_error = find_user_error(err)
+        if user_error is None:
+            raise
+        print(f"error: {_first_line(user_error, last=True)}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _first_line(err: BaseException, last: bool = False) -> str:
+    # an error from a DataLoader worker arrives with the worker's traceback in its text
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(err).__name__
+    line = lines[-1] if last else lines[0]
+    return line.removeprefix("experiments.errors.UserError: ").removeprefix("UserError: ")

@@ -1,0 +1,205 @@
+"""``experiments.eval`` on a real run folder made by the train CLI: exact reproduction of
+test/acc, checkpoint choice, overrides, refusal of foreign ``_target_``s, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from experiments.errors import UserError
+from experiments.eval import evaluate, main
+from experiments.train import CONF_DIR, train
+from tests.conftest import run_cli
+
+_RUNS: dict[str, Path] = {}
+
+
+def train_once(tmp_path_factory, data_dir: Path) -> Path:
+    """One run folder per test session (2 epochs of digits), shared by the eval and predict
+    tests, laid out as the train CLI lays it out, ``.hydra/config.yaml`` included."""
+    if "run" in _RUNS:
+        return _RUNS["run"]
+    run = tmp_path_factory.mktemp("trained") / "outputs" / "train" / "runs" / "2025-01-01_00-00-00"
+    overrides = ["trainer.max_epochs=2", "logger=none", f"paths.data_dir={data_dir}"]
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        composed = compose("train", overrides=overrides)
+    # what Hydra saves: the composed config, unresolved (paths.output_dir -> ${hydra:...})
+    (run / ".hydra").mkdir(parents=True)
+    OmegaConf.save(composed, run / ".hydra" / "config.yaml")
+    cfg = composed.copy()
+    for key, value in OmegaConf.to_container(composed.paths, resolve=False).items():
+        if "${hydra:" in str(value):  # no Hydra runtime in-process: fill in what it would
+            cfg.paths[key] = str(run) if key == "output_dir" else None
+    train(cfg)
+    _RUNS["run"] = run
+    return run
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, data_dir) -> Path:
+    return train_once(tmp_path_factory, data_dir)
+
+
+@pytest.fixture
+def run_copy(trained_run, tmp_path) -> Path:
+    """A private copy of the run, free to tamper with."""
+    return Path(shutil.copytree(trained_run, tmp_path / "run_copy"))
+
+
+def edit_config(run_dir: Path, edit) -> None:
+    path = run_dir / ".hydra" / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    edit(cfg)
+    path.write_text(yaml.safe_dump(cfg))
+
+
+def assert_one_line_error(res, named: str) -> None:
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr + res.stdout
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert named in lines[0]
+
+
+def test_reproduces_the_runs_test_acc_exactly(trained_run):
+    trained = json.loads((trained_run / "metrics.json").read_text())
+    metrics = evaluate(trained_run)
+    assert metrics["test/acc"] == trained["test/acc"]
+    saved = json.loads((trained_run / "eval_metrics.json").read_text())
+    assert saved["test/acc"] == trained["test/acc"]
+    assert saved["ckpt"] == str((trained_run / "checkpoints" / "best.pt").resolve())
+    assert (
+        saved["ckpt_epoch"]
+        == json.loads((trained_run / "checkpoints" / "best.json").read_text())["epoch"]
+    )
+    # the accuracy is a count of correct test images: the batch size cannot change it
+    again = evaluate(trained_run, overrides=["data.batch_size=7", "trainer.accelerator=cpu"])
+    assert again["test/acc"] == trained["test/acc"]
+    assert json.loads((trained_run / "eval_metrics.json").read_text())["overrides"] == [
+        "data.batch_size=7",
+        "trainer.accelerator=cpu",
+    ]
+
+
+def test_ckpt_last_and_a_file_path(run_copy):
+    last = evaluate(run_copy, ckpt="last")
+    saved = json.loads((run_copy / "eval_metrics.json").read_text())
+    assert saved["ckpt"].endswith("last.pt") and 0.0 <= last["test/acc"] <= 1.0
+    sidecar = json.loads((run_copy / "checkpoints" / "last.json").read_text())
+    assert saved["ckpt_epoch"] == sidecar["epoch"]
+    moved = shutil.copy(run_copy / "checkpoints" / "last.pt", run_copy / "elsewhere.pt")
+    assert evaluate(run_copy, ckpt=str(moved)) == last
+
+
+def test_corrupt_or_missing_checkpoint_names_the_file(run_copy):
+    best = run_copy / "checkpoints" / "best.pt"
+    best.write_bytes(best.read_bytes()[:100])  # truncated, as by a kill mid-copy
+    with pytest.raises(UserError, match="best.pt"):
+        evaluate(run_copy)
+    with pytest.raises(UserError, match="checkpoint not found: .*nope.pt"):
+        evaluate(run_copy, ckpt="nope.pt")
+    with pytest.raises(UserError, match="full Lightning checkpoint"):
+        evaluate(run_copy, ckpt="last.ckpt")
+
+
+def canary_cmd(tmp_path: Path) -> tuple[Path, str]:
+    canary = tmp_path / "canary"
+    return canary, f"touch {canary}"
+
+
+FOREIGN = {
+    "os.system": lambda cmd: {"_target_": "os.system", "_args_": [cmd]},
+    "torch.os.system": lambda cmd: {"_target_": "torch.os.system", "_args_": [cmd]},
+    "builtins.exec": lambda cmd: {
+        "_target_": "builtins.exec",
+        "_args_": [f"import os; os.system({cmd!r})"],
+    },
+    "get_object(os.system)": lambda cmd: {
+        "_target_": "hydra.utils.get_object",
+        "path": "os.system",
+    },
+    "torch.hub.load": lambda cmd: {
+        "_target_": "torch.hub.load",
+        "repo_or_dir": ".",
+        "model": "x",
+        "source": "local",
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(FOREIGN))
+def test_foreign_target_is_refused_and_never_run(run_copy, tmp_path, name):
+    canary, cmd = canary_cmd(tmp_path)
+
+    def tamper(cfg):
+        cfg["data"]["target_transform"] = FOREIGN[name](cmd)
+
+    edit_config(run_copy, tamper)
+    with pytest.raises(UserError, match=r"data\.target_transform.*refused") as info:
+        evaluate(run_copy)
+    assert "\n" not in str(info.value)
+    assert not canary.exists()
+
+
+def test_target_in_an_unused_section_or_behind_an_interpolation_is_refused(run_copy, tmp_path):
+    canary, cmd = canary_cmd(tmp_path)
+    edit_config(
+        run_copy, lambda cfg: cfg.update(logger={"x": {"_target_": "os.system", "_args_": [cmd]}})
+    )
+    with pytest.raises(UserError, match=r"logger\.x\._target_='os\.system' is refused"):
+        evaluate(run_copy)
+
+    def hidden(cfg):
+        cfg["logger"] = None
+        cfg["evil"] = "os.system"
+        cfg["data"]["target_transform"] = {"_target_": "${evil}", "_args_": [cmd]}
+
+    edit_config(run_copy, hidden)
+    with pytest.raises(UserError, match=r"data\.target_transform\._target_='os\.system'"):
+        evaluate(run_copy)
+    # and an override cannot smuggle one in either
+    edit_config(run_copy, lambda cfg: cfg["data"].update(target_transform=None))
+    with pytest.raises(UserError, match="os.system"):
+        evaluate(run_copy, overrides=["data.target_transform={_target_: os.system}"])
+    assert not canary.exists()
+
+
+def test_main_prints_metrics_and_writes_eval_metrics(run_copy, monkeypatch, capsys):
+    (run_copy / "eval_metrics.json").unlink(missing_ok=True)
+    monkeypatch.setattr("sys.argv", ["eval", f"run_dir={run_copy}", "ckpt=best"])
+    main()
+    trained = json.loads((run_copy / "metrics.json").read_text())
+    assert f"test/acc={trained['test/acc']:.4f}" in capsys.readouterr().out
+    assert (
+        json.loads((run_copy / "eval_metrics.json").read_text())["test/acc"] == trained["test/acc"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["run_dir={tmp}/missing"], "run_dir not found"),
+        (["run_dir={tmp}"], ".hydra/config.yaml is missing"),
+        ([], "missing run_dir"),
+        (["run_dir"], "not key=value"),
+        (["run_dir={run}", "data.batch_sise=3"], "data.batch_sise"),
+        (["run_dir={run}", "model=cnn"], "model is a whole section"),
+        (["run_dir={run}", "ckpt=gone.pt"], "gone.pt"),
+    ],
+)
+def test_cli_mistakes_fail_in_one_line(trained_run, tmp_path, args, named):
+    args = [a.format(tmp=tmp_path, run=trained_run) for a in args]
+    res = run_cli("-m", "experiments.eval", *args, cwd=tmp_path, timeout=120)
+    assert_one_line_error(res, named)
+
+
+def test_cli_help(tmp_path):
+    res = run_cli("-m", "experiments.eval", "--help", cwd=tmp_path, timeout=60)
+    assert res.returncode == 0 and "run_dir=" in res.stdout and "ckpt=" in res.stdout
+    assert "python -m experiments.eval" in res.stdout
