@@ -101,7 +101,7 @@ def _export(root):
 
 def test_digits_export_is_complete_idempotent_and_race_safe(tmp_path):
     root = tmp_path / "digits"
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")  # the export runs no torch ops: fork is safe and quick
     procs = [ctx.Process(target=_export, args=(root,)) for _ in range(3)]
     for p in procs:
         p.start()
@@ -222,3 +222,61 @@ def test_splits_are_seeded_and_disjoint(tmp_path):
     assert a == b and a != c
     assert sorted(a[0] + a[1] + a[2]) == list(range(40))
     assert (len(a[1]), len(a[2])) == (4, 4)
+
+
+# --- the cache of transformed samples ---------------------------------------------------
+
+
+def test_sample_cache_returns_the_same_tensors_without_reading_again(tmp_path):
+    csv_file, image_dir = write_image_folder(tmp_path, n=4)
+    plain = CsvImageDataset(csv_file, image_dir, transform=TO_TENSOR)
+    ds = CsvImageDataset(csv_file, image_dir, transform=TO_TENSOR, cache_samples=True)
+    bounded = CsvImageDataset(
+        csv_file, image_dir, transform=TO_TENSOR, cache_samples=True, cache_max_mb=0
+    )
+    first = ds[2]
+    assert torch.equal(first[0], plain[2][0]) and first[1] == plain[2][1]
+    (image_dir / "img_002.png").unlink()
+    assert ds[2][0] is first[0]  # served from memory: no decode, no transform
+    with pytest.raises(UserError, match="cannot read image"):
+        plain[2]
+    bounded[0]
+    assert not bounded._samples  # over the memory bound: nothing kept
+
+
+def test_only_deterministic_transforms_count_as_cacheable():
+    from experiments.data.transforms import is_deterministic
+
+    norm = v2.Normalize([0.5], [0.5])
+    assert is_deterministic(None) and is_deterministic(OneHot(3))
+    assert is_deterministic(v2.Compose([*TO_TENSOR.transforms, norm, v2.Resize(8)]))
+    assert not is_deterministic(v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip()]))
+    assert not is_deterministic(v2.RandomCrop(4))
+    assert not is_deterministic(lambda x: x)  # unknown: assumed random
+
+
+@pytest.mark.parametrize(
+    ("setting", "train_cached", "eval_cached"),
+    [("auto", False, True), (True, True, True), (False, False, False)],
+)
+def test_datamodule_caches_only_deterministic_splits(tmp_path, setting, train_cached, eval_cached):
+    csv_file, image_dir = write_image_folder(tmp_path, n=20)
+    flip = v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32)])
+    dm = ImageDataModule(
+        "image_csv",
+        csv_file=str(csv_file),
+        image_dir=str(image_dir),
+        train_transform=flip,
+        eval_transform=TO_TENSOR,
+        cache_transformed=setting,
+    )
+    dm.setup()
+    assert dm.train_set.dataset.cache_samples is train_cached
+    assert dm.val_set.dataset.cache_samples is eval_cached
+    batches = [x for x, _ in dm.val_dataloader()] + [x for x, _ in dm.val_dataloader()]
+    assert torch.equal(batches[0], batches[-1])  # second pass (cached or not) is identical
+
+
+def test_bad_cache_setting_names_the_key(tmp_path):
+    with pytest.raises(UserError, match="data.cache_transformed='yes' is not valid"):
+        ImageDataModule("digits", cache_transformed="yes")

@@ -38,6 +38,12 @@ class CsvImageDataset(Dataset):
             val/test set so indices agree); None derives them from this CSV.
         check_files: stat every listed file up front so a missing one fails before training.
         cache: keep decoded (pre-transform) images in memory after first use.
+        cache_samples: keep transformed ``(image, target)`` samples in memory after first
+            use, so later epochs skip decoding *and* transforms. Only correct when both
+            transforms are deterministic (no random augmentation): the DataModule
+            decides, see ``transforms.is_deterministic``.
+        cache_max_mb: stop adding samples to that cache beyond this many megabytes of
+            tensors (the rest are decoded and transformed on every use).
     """
 
     def __init__(
@@ -51,6 +57,8 @@ class CsvImageDataset(Dataset):
         classes: Sequence[str] | None = None,
         check_files: bool = True,
         cache: bool = False,
+        cache_samples: bool = False,
+        cache_max_mb: float = 1024.0,
     ) -> None:
         self.csv_file = Path(csv_file)
         self.image_dir = Path(image_dir)
@@ -65,7 +73,11 @@ class CsvImageDataset(Dataset):
         self.image_mode = image_mode
         self.image_size = tuple(image_size) if image_size is not None else None
         self.cache = cache
+        self.cache_samples = cache_samples
+        self.cache_max_bytes = int(float(cache_max_mb) * 2**20)
         self._decoded: dict[int, Image.Image] = {}
+        self._samples: dict[int, tuple[Any, Any]] = {}
+        self._sample_bytes = 0
 
         files, raw_labels = _read_index(self.csv_file)
         self.files = files
@@ -99,13 +111,31 @@ class CsvImageDataset(Dataset):
         return image
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
+        sample = self._samples.get(index)
+        if sample is not None:
+            return sample
         image = self.load_image(index)
         target = self.targets[index]
         if self.transform is not None:
             image = self.transform(image)
         if self.target_transform is not None:
             target = self.target_transform(target)
+        if self.cache_samples:
+            size = _nbytes(image) + _nbytes(target)
+            if self._sample_bytes + size <= self.cache_max_bytes:
+                self._samples[index] = (image, target)
+                self._sample_bytes += size
+                # the decoded image is no longer needed once its sample is kept
+                self._decoded.pop(index, None)
         return image, target
+
+
+def _nbytes(value: Any) -> int:
+    if hasattr(value, "nbytes"):  # tensors, numpy arrays
+        return int(value.nbytes)
+    if isinstance(value, Image.Image):
+        return len(value.getbands()) * value.width * value.height
+    return 64  # ints and other small Python objects
 
 
 def _read_index(csv_file: Path) -> tuple[list[str], list[str]]:

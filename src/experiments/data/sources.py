@@ -68,6 +68,8 @@ def csv_sets(
     cache: bool,
     transform: Callable | None,
     target_transform: Callable | None,
+    cache_samples: bool = False,
+    cache_max_mb: float = 1024.0,
 ) -> tuple[Dataset, Dataset | None]:
     """A CSV-indexed image folder, with an optional separate test CSV (same image_dir)."""
     common = dict(
@@ -77,6 +79,8 @@ def csv_sets(
         image_mode=image_mode,
         image_size=image_size,
         cache=cache,
+        cache_samples=cache_samples,
+        cache_max_mb=cache_max_mb,
     )
     train = CsvImageDataset(csv_file, **common)
     test = None

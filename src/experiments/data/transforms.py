@@ -23,3 +23,38 @@ class OneHot:
 
     def __repr__(self) -> str:
         return f"OneHot(num_classes={self.num_classes})"
+
+
+# transforms that map the same input to the same output every time (torchvision classes
+# by name, in both transforms and transforms.v2); anything else counts as random
+DETERMINISTIC = frozenset(
+    {
+        "CenterCrop",
+        "ConvertImageDtype",
+        "Grayscale",
+        "Identity",
+        "Normalize",
+        "PILToTensor",
+        "Resize",
+        "ToDtype",
+        "ToImage",
+        "ToPILImage",
+        "ToPureTensor",
+        "ToTensor",
+    }
+)
+
+
+def is_deterministic(transform) -> bool:
+    """Whether ``transform`` (None, one transform or a Compose of them) has no randomness.
+
+    Only known transforms count: torchvision's resizing, cropping-to-centre, dtype and
+    normalization transforms, and :class:`OneHot`. Anything unknown (a random
+    augmentation, a user's callable) is taken to be random, so its output is never cached.
+    """
+    if transform is None or isinstance(transform, OneHot):
+        return True
+    cls = type(transform)
+    if cls.__name__ == "Compose" and cls.__module__.startswith("torchvision.transforms"):
+        return all(is_deterministic(t) for t in transform.transforms)
+    return cls.__module__.startswith("torchvision.transforms") and cls.__name__ in DETERMINISTIC

