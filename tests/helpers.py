@@ -21,12 +21,14 @@ class RandomImages(Dataset):
         delay: float,
         seed: int,
         fail_after: int = -1,
+        nan_after: int = -1,
     ):
         gen = torch.Generator().manual_seed(seed)
         self.x = torch.randn(n, *shape, generator=gen)
         self.targets = torch.arange(n) % num_classes
         self.delay = delay
         self.fail_after = fail_after
+        self.nan_after = nan_after
         self.reads = 0
 
     def __len__(self) -> int:
@@ -38,6 +40,8 @@ class RandomImages(Dataset):
             raise RuntimeError(f"disk error reading sample {i}")  # a job that dies mid-fit
         if self.delay:
             time.sleep(self.delay)  # stands in for slow decoding / remote storage
+        if 0 <= self.nan_after < self.reads:
+            return torch.full_like(self.x[i], float("nan")), self.targets[i]  # corrupt input
         return self.x[i], self.targets[i]
 
 
@@ -49,13 +53,15 @@ def random_sets(
     num_classes: int = 4,
     delay: float = 0.0,
     fail_after: int = -1,
+    nan_after: int = -1,
 ):
     """Train and test sets of RandomImages (transforms are ignored: these are tensors).
 
-    ``fail_after`` >= 0 makes the train set raise after that many reads.
+    ``fail_after`` >= 0 makes the train set raise after that many reads; ``nan_after``
+    makes it return NaN images after that many reads.
     """
     return (
-        RandomImages(n, shape, num_classes, delay, 0, fail_after),
+        RandomImages(n, shape, num_classes, delay, 0, fail_after, nan_after),
         RandomImages(n // 4, shape, num_classes, delay, 1),
     )
 
@@ -73,3 +79,44 @@ class BranchyNet(nn.Module):
         if h.sum() > 0:  # depends on the values: Dynamo cannot trace through it
             return h * 2
         return h
+
+
+_instances = 0
+
+
+class RecordingImages(RandomImages):
+    """RandomImages that appends every index it serves to ``<record_dir>/reads-<pid>-<k>.txt``
+    (k: the order in which instances were created; 0 is the first train set built)."""
+
+    def __init__(self, record_dir: str, *args, **kwargs) -> None:
+        global _instances
+        super().__init__(*args, **kwargs)
+        self.record_dir = record_dir
+        self.instance = _instances
+        _instances += 1
+
+    def __getitem__(self, i: int):
+        import os
+
+        with open(f"{self.record_dir}/reads-{os.getpid()}-{self.instance}.txt", "a") as f:
+            f.write(f"{i}\n")
+        return super().__getitem__(i)
+
+
+def recording_sets(transform=None, target_transform=None, record_dir: str = ".", n: int = 400):
+    """Train/test RecordingImages: which process read which sample, on disk."""
+    return (
+        RecordingImages(record_dir, n, (1, 8, 8), 4, 0.0, 0),
+        RecordingImages(record_dir, n // 4, (1, 8, 8), 4, 0.0, 1),
+    )
+
+
+class Payload:
+    """Pickles to a call that creates ``target``: proof, if the file appears, that loading
+    a checkpoint ran code."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def __reduce__(self):
+        return (open, (self.target, "w"))

@@ -21,6 +21,7 @@ from experiments.callbacks import StateDictCheckpoint
 from experiments.errors import UserError
 from experiments.io import load_state_dict_file, read_state_dict, save_state_dict
 from experiments.train import train
+from tests.helpers import Payload
 
 
 @pytest.mark.slow
@@ -92,14 +93,6 @@ def test_compiled_keys_are_stripped_on_save_and_load(tmp_path):
     fresh = nn.Sequential(nn.Linear(3, 2))
     load_state_dict_file(fresh, tmp_path / "elsewhere.pt")
     assert torch.equal(fresh[0].weight, net[0].weight)
-
-
-class Payload:
-    def __init__(self, target):
-        self.target = target
-
-    def __reduce__(self):
-        return (open, (self.target, "w"))  # would create a file if ever unpickled
 
 
 def test_bad_files_give_one_line_errors_and_never_run_code(tmp_path):

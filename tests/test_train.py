@@ -71,7 +71,7 @@ def test_default_config_learns_digits(make_cfg):
     assert metrics["test/acc"] >= 0.95
 
 
-def _limited(make_cfg, seed):
+def _limited(make_cfg, tmp_path, seed, name):
     return train(
         make_cfg(
             f"seed={seed}",
@@ -80,12 +80,15 @@ def _limited(make_cfg, seed):
             "model.net.dropout=0.2",
             "logger=none",
             "test=false",
+            f"paths.output_dir={tmp_path / name}",
         )
     )
 
 
-def test_seed_zero_is_honoured(make_cfg):
-    a, b, c = _limited(make_cfg, 0), _limited(make_cfg, 0), _limited(make_cfg, 1)
+def test_seed_zero_is_honoured(make_cfg, tmp_path):
+    a = _limited(make_cfg, tmp_path, 0, "a")
+    b = _limited(make_cfg, tmp_path, 0, "b")
+    c = _limited(make_cfg, tmp_path, 1, "c")
     assert a == b
     assert a["train/loss"] != c["train/loss"]
 

@@ -42,7 +42,7 @@ CHOICES = {
 
 def validate(cfg: DictConfig) -> None:
     """Raise UserError naming the first bad key of ``cfg`` and what would be valid."""
-    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
+    missing = sorted(k for k in _missing_keys(cfg, "") if not k.startswith("hydra"))
     if missing:
         raise UserError(
             f"missing value for {', '.join(missing)}: set it on the command line, "
@@ -68,6 +68,21 @@ def validate(cfg: DictConfig) -> None:
             f"optimized_metric={cfg.optimized_metric!r} is not valid: expected stage/name, "
             "e.g. val/acc"
         )
+
+
+def _missing_keys(node, prefix: str):
+    """``???`` values, found without resolving interpolations (``${hydra:...}`` may not be set)."""
+    from omegaconf import ListConfig
+
+    items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node)
+    for key, _ in items:
+        child = node._get_node(key)
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(child, DictConfig | ListConfig):
+            if not child._is_missing() and not child._is_none():
+                yield from _missing_keys(child, path)
+        elif child._is_missing():
+            yield path
 
 
 def _select(cfg: DictConfig, key: str):

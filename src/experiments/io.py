@@ -73,12 +73,12 @@ def strip_compile_prefix(state_dict: dict) -> dict:
     }
 
 
-def read_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
-    """Load a state_dict file with ``weights_only=True``: tensors and plain containers only.
+def safe_load(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
+    """``torch.load(weights_only=True)``: tensors and plain containers, never code.
 
     Raises:
-        UserError: one line naming the file when it is missing, empty, truncated, not a
-            state_dict, or carries pickled code (which is refused, never run).
+        UserError: one line naming the file when it is missing, empty, truncated or
+            carries pickled objects (which are refused, never run).
     """
     import torch
 
@@ -88,12 +88,19 @@ def read_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
     if path.stat().st_size == 0:
         raise UserError(f"checkpoint {path} is empty (0 bytes)")
     try:
-        obj = torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # truncated zip, pickle refused by the weights-only unpickler, ...
         reason = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), repr(err))
         if "weights_only" in str(err) or "Unsupported" in str(err):
-            reason = "it holds pickled objects that are not plain weights (refused, not run)"
+            reason = "it holds pickled objects that are not plain data (refused, not run)"
         raise UserError(f"checkpoint {path} cannot be loaded: {reason[:200]}") from None
+
+
+def read_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
+    """Load a weights-only state_dict file safely (see ``safe_load``)."""
+    import torch
+
+    obj = safe_load(path, map_location)
     if not isinstance(obj, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
     ):

@@ -52,6 +52,7 @@ def wandb_logger(
     save_dir: str = ".",
     job_type: str = "train",
     log_checkpoints: bool = False,
+    run_id: str | None = None,
 ):
     """Build Lightning's ``WandbLogger`` with the mode resolved and no interactive prompts.
 
@@ -65,6 +66,7 @@ def wandb_logger(
         save_dir: parent of the ``wandb/`` folder (the run dir).
         job_type: W&B job type.
         log_checkpoints: upload ``best.pt``/``last.pt`` as a model artifact at the end.
+        run_id: continue this W&B run (set by ``resume=``).
     """
     import wandb
     from lightning.pytorch.loggers import WandbLogger
@@ -81,11 +83,19 @@ def wandb_logger(
         log_model=False,  # checkpoints go up as our own state_dict artifact, if asked
         job_type=job_type,
         mode=mode,
+        id=run_id,
+        resume="allow" if run_id else None,
         # no TTY prompts, no console flood; a dead network fails init instead of hanging
         settings=wandb.Settings(quiet=True, init_timeout=60, console="off"),
     )
     logger.log_checkpoints = log_checkpoints
     return logger
+
+
+def previous_wandb_id(run_dir: Path) -> str | None:
+    """The W&B run id used by an earlier process in ``run_dir`` (for resume)."""
+    runs = sorted((Path(run_dir) / "wandb").glob("*run-*-*"), key=lambda p: p.stat().st_mtime)
+    return runs[-1].name.rsplit("-", 1)[-1] if runs else None
 
 
 def finish_loggers(loggers: Iterable, failed: bool, checkpoint_dir: Path | None = None) -> None:

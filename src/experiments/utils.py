@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -42,3 +43,21 @@ def route_lightning_logs() -> None:
         target = logging.getLogger(name)
         if not any(isinstance(f, _DropAdverts) for f in target.filters):
             target.addFilter(_DropAdverts())
+
+
+def process_rank() -> int:
+    """Global rank of this process as launchers announce it (0 when not distributed)."""
+    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        value = os.environ.get(var)
+        if value not in (None, ""):
+            return int(value)
+    return 0
+
+
+def quiet_console() -> None:
+    """Non-zero ranks: keep warnings and errors on the console, not every info line twice."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(
+            handler, logging.FileHandler
+        ):
+            handler.setLevel(logging.WARNING)

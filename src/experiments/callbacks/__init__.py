@@ -1,5 +1,6 @@
 """Lightning callbacks, one per file."""
 
+from experiments.callbacks.fault_tolerance import FaultTolerance
 from experiments.callbacks.profiling import Profiling
 from experiments.callbacks.progress import TerseProgressBar
 from experiments.callbacks.state_dict_checkpoint import StateDictCheckpoint
@@ -7,6 +8,7 @@ from experiments.callbacks.torch_compile import TorchCompile
 from experiments.callbacks.validation_accuracy import ValidationAccuracy
 
 __all__ = [
+    "FaultTolerance",
     "Profiling",
     "StateDictCheckpoint",
     "TerseProgressBar",

@@ -81,8 +81,8 @@ class Profiling(L.Callback):
         self._epoch_start = 0.0
 
     def _active(self, trainer) -> bool:
-        if not self.enabled or trainer.sanity_checking:
-            return False
+        if not self.enabled or trainer.sanity_checking or not trainer.is_global_zero:
+            return False  # under DDP rank 0 profiles for all (one trace, one verdict)
         epoch = self.epoch
         if trainer.max_epochs is not None and trainer.max_epochs > 0:
             epoch = min(epoch, trainer.max_epochs - 1)
@@ -180,7 +180,7 @@ class Profiling(L.Callback):
         if trainer.is_global_zero:
             write_json(self.dirpath / "summary.json", self.summary)
         for key in ("data_wait_frac", "steps_per_s", "samples_per_s"):
-            pl_module.log(f"perf/{key}", float(self.summary[key]))
+            pl_module.log(f"perf/{key}", float(self.summary[key]), rank_zero_only=True)
         log.info("profile: %s (%s)", verdict, self.dirpath)
 
     def _verdict(

@@ -73,8 +73,13 @@ class StateDictCheckpoint(L.Callback):
         return value > self.best_score if self.mode == "max" else value < self.best_score
 
     def _save(self, trainer, pl_module, name: str, value: float | None) -> None:
-        net = getattr(pl_module, "net", pl_module)
-        path = save_state_dict(net.state_dict(), self.dirpath / f"{name}.pt")
+        # every rank takes part (FSDP gathers the full weights collectively); rank 0 writes
+        full = trainer.strategy.lightning_module_state_dict()
+        prefix = "net." if hasattr(pl_module, "net") else ""
+        weights = {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}
+        if not trainer.is_global_zero:
+            return
+        path = save_state_dict(weights, self.dirpath / f"{name}.pt")
         datamodule = trainer.datamodule
         write_json(
             path.with_suffix(".json"),
@@ -107,11 +112,10 @@ class StateDictCheckpoint(L.Callback):
             return
         if self._improved(value):
             self.best_score, self.best_epoch = value, trainer.current_epoch
-            if trainer.is_global_zero:
-                self._save(trainer, pl_module, "best", value)
+            self._save(trainer, pl_module, "best", value)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if not self.save_last or trainer.fast_dev_run or not trainer.is_global_zero:
+        if not self.save_last or trainer.fast_dev_run:
             return
         current = trainer.callback_metrics.get(self.monitor)
         self._save(trainer, pl_module, "last", None if current is None else float(current))

@@ -77,11 +77,14 @@ class ValidationAccuracy(L.Callback):
         self.last_matrix = matrix.cpu()
         if math.isfinite(acc) and (self.best is None or acc > self.best):
             self.best = acc
-        pl_module.log("val/acc_best", self.best if self.best is not None else acc)
+        # the matrix is already summed over ranks: the same value everywhere, logged once
+        pl_module.log(
+            "val/acc_best", self.best if self.best is not None else acc, rank_zero_only=True
+        )
         names = self._class_names(trainer, matrix.shape[0])
         if self.log_per_class and len(names) <= 100:
             for name, value in zip(names, per_class.tolist(), strict=True):
-                pl_module.log(f"val/acc_class/{name}", value)
+                pl_module.log(f"val/acc_class/{name}", value, rank_zero_only=True)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         metrics = trainer.callback_metrics

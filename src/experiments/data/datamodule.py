@@ -13,6 +13,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from experiments.data import sources
 from experiments.data.datasets import CsvImageDataset, peek_image
+from experiments.data.samplers import EpochShuffleSampler
+from experiments.data.transforms import is_deterministic
 from experiments.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,12 @@ class ImageDataModule(L.LightningDataModule):
         split_seed: seed of the train/val/test split, fixed apart from ``seed`` so that
             runs with different seeds are scored on the same held-out images.
         cache: keep decoded CSV images in memory after their first use.
+        cache_transformed: keep transformed CSV samples in memory after their first use,
+            so later epochs skip decoding and transforms: ``auto`` does it for each split
+            whose transforms are deterministic (never for random augmentation), ``true``
+            for every split (you vouch the transforms are deterministic), ``false`` never.
+        cache_max_mb: memory bound of that cache per split (and per worker process);
+            samples beyond it are decoded and transformed on every use.
     """
 
     def __init__(
@@ -70,6 +78,8 @@ class ImageDataModule(L.LightningDataModule):
         persistent_workers: bool = False,
         split_seed: int = 0,
         cache: bool = False,
+        cache_transformed: bool | str = "auto",
+        cache_max_mb: float = 1024.0,
     ) -> None:
         super().__init__()
         if isinstance(dataset, str) and dataset not in BUNDLED:
@@ -80,6 +90,13 @@ class ImageDataModule(L.LightningDataModule):
             raise UserError(f"data.batch_size must be >= 1, got {batch_size}")
         if int(num_workers) < 0:
             raise UserError(f"data.num_workers must be >= 0, got {num_workers}")
+        if cache_transformed not in (True, False, "auto"):
+            raise UserError(
+                f"data.cache_transformed={cache_transformed!r} is not valid; "
+                "use auto, true or false"
+            )
+        if float(cache_max_mb) < 0:
+            raise UserError(f"data.cache_max_mb must be >= 0, got {cache_max_mb}")
         for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
             if not 0.0 <= float(value) < 1.0:
                 raise UserError(f"data.{key} must be in [0, 1), got {value}")
@@ -102,6 +119,8 @@ class ImageDataModule(L.LightningDataModule):
         self.persistent_workers = persistent_workers
         self.split_seed = split_seed
         self.cache = cache
+        self.cache_transformed = cache_transformed
+        self.cache_max_mb = float(cache_max_mb)
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
@@ -139,7 +158,14 @@ class ImageDataModule(L.LightningDataModule):
             self.cache,
             transform,
             self.target_transform,
+            cache_samples=self._cache_samples(transform),
+            cache_max_mb=self.cache_max_mb,
         )
+
+    def _cache_samples(self, transform: Callable | None) -> bool:
+        if self.cache_transformed == "auto":
+            return is_deterministic(transform) and is_deterministic(self.target_transform)
+        return bool(self.cache_transformed)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:  # train.py sets up early to hand shapes to the model
@@ -197,8 +223,35 @@ class ImageDataModule(L.LightningDataModule):
             persistent_workers=self.persistent_workers and self.num_workers > 0,
         )
 
+    def skip_batches(self, epoch: int, batches: int) -> None:
+        """Resume mid-epoch: the next train loader of ``epoch`` starts after ``batches``."""
+        self._resume_at = (epoch, batches)
+
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
+        # The shuffle order is a function of (seed, epoch), not of when Lightning happens to
+        # start the iterator, so a resumed run sees the same batches as an uninterrupted one.
+        # torch.initial_seed() is `seed` after seed_everything (random when unseeded).
+        trainer = getattr(self, "trainer", None)
+        # the index of the epoch about to run; unlike trainer.current_epoch it is already
+        # advanced when a run resumes from an end-of-epoch checkpoint (workers draw the
+        # order as soon as the loader is iterated, before Lightning calls set_epoch)
+        epoch = trainer.fit_loop.epoch_progress.current.processed if trainer is not None else 0
+        generator = torch.Generator()  # seeds the workers; re-seeded per epoch by the sampler
+        sampler = EpochShuffleSampler(len(self.train_set), torch.initial_seed(), generator)
+        sampler.set_epoch(epoch)
+        resume_at = getattr(self, "_resume_at", None)
+        if resume_at is not None and resume_at[0] == epoch:
+            sampler.skip(resume_at[1] * self.batch_size)
+            self._resume_at = None
+        return DataLoader(
+            self.train_set,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            generator=generator,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.persistent_workers and self.num_workers > 0,
+        )
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, shuffle=False)

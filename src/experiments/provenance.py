@@ -1,0 +1,69 @@
+"""Where a run came from: code version, command, library versions, machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from experiments.io import atomic_write, write_json
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def environment(seed: Any, device: str) -> dict[str, Any]:
+    """Provenance of this process: git state, command line, versions, host, device, seed."""
+    import hydra
+    import lightning
+    import torch
+
+    from experiments.precheck import SECRET_OVERRIDE
+
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    argv = [
+        a.split("=", 1)[0] + "=<redacted>"
+        if "=" in a and SECRET_OVERRIDE.search(a.split("=")[0])
+        else a
+        for a in sys.argv
+    ]
+    return {
+        "git_commit": commit.strip() if commit else None,
+        "git_dirty": bool(status.strip()) if status is not None else None,
+        "command": [sys.executable, *argv],
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "hydra": hydra.__version__,
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "device": device,
+        "seed": seed,
+        # a requeued SLURM job finds its run dir again by this id
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+
+
+def write_environment(run_dir: Path, seed: Any, device: str) -> dict[str, Any]:
+    """Write ``env.json`` (and ``git.diff`` when the checkout has uncommitted changes)."""
+    env = environment(seed, device)
+    write_json(run_dir / "env.json", env)
+    if env["git_dirty"]:
+        diff = _git("diff", "HEAD") or ""
+        atomic_write(run_dir / "git.diff", lambda f: f.write(diff.encode()))
+    return env

@@ -1,0 +1,375 @@
+"""Never lose a run: exact resume, signals, kills, corrupt checkpoints, divergence, config
+mistakes, secrets and provenance. Real processes wherever signals are involved."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.checkpoint_io import AtomicCheckpointIO, newest_valid_checkpoint
+from experiments.errors import UserError, find_user_error
+from experiments.train import train
+from tests.conftest import REPO, run_cli
+from tests.helpers import Payload
+
+ENV = {"PYTHONPATH": str(REPO)}
+EXACT = ["seed=0", "logger=none", "test=false", "data.num_workers=2", "model.net.dropout=0.3"]
+
+
+def _load(path: Path) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+def _assert_same_training_state(a: Path, b: Path) -> None:
+    ca, cb = _load(a), _load(b)
+    assert (ca["epoch"], ca["global_step"]) == (cb["epoch"], cb["global_step"])
+    assert ca["state_dict"].keys() == cb["state_dict"].keys()
+    for key in ca["state_dict"]:
+        assert torch.equal(ca["state_dict"][key], cb["state_dict"][key]), key
+    sa, sb = ca["optimizer_states"][0]["state"], cb["optimizer_states"][0]["state"]
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        for name in sa[key]:
+            assert torch.equal(sa[key][name], sb[key][name]), (key, name)
+
+
+def _cli(tmp_path, *args, **kw):
+    res = run_cli("-m", "experiments.train", *args, cwd=tmp_path, env_extra=ENV, **kw)
+    return res
+
+
+@pytest.mark.slow
+def test_two_epochs_plus_resume_plus_two_equal_four_bit_for_bit(make_cfg, tmp_path):
+    # in-process train() calls: the same code path as the CLI after its precheck
+    def run(name, *extra):
+        return train(make_cfg(*EXACT, f"paths.output_dir={tmp_path / name}", *extra))
+
+    run("A", "trainer.max_epochs=4")
+    run("B", "trainer.max_epochs=2")
+    run("B", "trainer.max_epochs=4", f"resume={tmp_path / 'B'}")
+    _assert_same_training_state(
+        tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
+    )
+
+
+def _slow_data(delay: float) -> list[str]:
+    return [
+        f"data.dataset={{_target_:tests.helpers.random_sets,_partial_:true,n:640,delay:{delay}}}",
+        "data.batch_size=32",
+        "trainer.max_epochs=3",
+    ]
+
+
+def _start_and_signal(
+    tmp_path, run: str, signum: int, args: list[str]
+) -> subprocess.CompletedProcess:
+    """Start a training run, send ``signum`` in the middle of its second epoch."""
+    cmd = [sys.executable, "-m", "experiments.train", *args, f"hydra.run.dir={run}"]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env={**os.environ, **ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ckpt = tmp_path / run / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 240
+    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(random.Random(signum).uniform(0.4, 0.9))  # well inside epoch 2 (~2.5 s)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=240)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.mark.slow
+def test_sigterm_mid_epoch_saves_exits_143_and_resumes_exactly(tmp_path, data_dir):
+    common = [*EXACT, f"paths.data_dir={data_dir}"]
+    assert _cli(tmp_path, *common, *_slow_data(0.0), "hydra.run.dir=A").returncode == 0
+    res = _start_and_signal(tmp_path, "B", signal.SIGTERM, [*common, *_slow_data(0.004)])
+    assert res.returncode == 143, res.stderr[-2000:]
+    assert "resume with: python -m experiments.train resume=" in res.stdout + res.stderr
+    position = _load(tmp_path / "B/checkpoints/last.ckpt")["data_position"]
+    assert position["epoch"] == 1 and position["batches"] > 0  # really mid-epoch
+    assert not (tmp_path / "B" / "metrics.json").exists()
+    res = _cli(tmp_path, "resume=B")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "resuming mid-epoch" in res.stdout
+    _assert_same_training_state(
+        tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
+    )
+
+
+@pytest.mark.slow
+def test_sigint_saves_and_exits_130(tmp_path, data_dir):
+    run = "outputs/train/runs/interrupted"
+    args = ["logger=none", f"paths.data_dir={data_dir}", *_slow_data(0.004)]
+    res = _start_and_signal(tmp_path, run, signal.SIGINT, args)
+    assert res.returncode == 130, res.stderr[-2000:]
+    assert _load(tmp_path / run / "checkpoints/last.ckpt")["data_position"]["batches"] > 0
+    assert not (tmp_path / run / "metrics.json").exists()
+
+
+def test_resume_auto_picks_the_newest_unfinished_run_with_its_overrides(tmp_path, monkeypatch):
+    from experiments.precheck import precheck
+    from experiments.train import CONF_DIR
+
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "outputs" / "train" / "runs"
+    for name, finished in (("old", False), ("done", True), ("new", False)):
+        (runs / name / ".hydra").mkdir(parents=True)
+        (runs / name / "checkpoints").mkdir()
+        (runs / name / "checkpoints" / "last.ckpt").write_bytes(b"x")
+        (runs / name / ".hydra" / "overrides.yaml").write_text("- optimizer.lr=0.05\n")
+        if finished:
+            (runs / name / "metrics.json").write_text("{}")
+        time.sleep(0.02)  # distinct modification times
+    argv = precheck(["resume=auto", "trainer.max_epochs=9"], CONF_DIR)
+    new = (runs / "new").resolve()
+    assert argv == [
+        "optimizer.lr=0.05",
+        "trainer.max_epochs=9",
+        f"resume={new}",
+        f"hydra.run.dir={new}",
+    ]
+    with pytest.raises(UserError, match="model.net.dropout cannot change when resuming"):
+        precheck(["resume=auto", "model.net.dropout=0.5"], CONF_DIR)
+    with pytest.raises(UserError, match="cannot be combined with -m"):
+        precheck(["-m", "resume=auto"], CONF_DIR)
+
+
+def _save_forever(folder: Path) -> None:
+    torch.set_num_threads(1)
+    io, step = AtomicCheckpointIO(), 0
+    while True:
+        step += 1
+        state = {f"w{i}": torch.full((100, 100), float(step)) for i in range(8)}
+        io.save_checkpoint({"state_dict": state, "global_step": step}, folder / "last.ckpt")
+
+
+def test_twenty_sigkills_never_leave_no_loadable_checkpoint(tmp_path):
+    AtomicCheckpointIO().save_checkpoint(
+        {"state_dict": {"w0": torch.zeros(2)}, "global_step": 0}, tmp_path / "last.ckpt"
+    )
+    rng = random.Random(1)
+    ctx = mp.get_context("fork")
+    for _ in range(20):
+        proc = ctx.Process(target=_save_forever, args=(tmp_path,))
+        proc.start()
+        time.sleep(rng.uniform(0.05, 0.3))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        found = newest_valid_checkpoint(tmp_path)
+        assert found is not None, sorted(p.name for p in tmp_path.iterdir())
+        _, ckpt = found
+        step = ckpt["global_step"]
+        assert all(
+            torch.equal(t, torch.full_like(t, float(step)))
+            for t in ckpt["state_dict"].values()
+            if step
+        )
+
+
+@pytest.mark.slow
+def test_sigkill_during_training_then_resume_finishes(tmp_path, data_dir):
+    args = ["logger=none", f"paths.data_dir={data_dir}", *_slow_data(0.002)]
+    res = _start_and_signal(tmp_path, "K", signal.SIGKILL, args)
+    assert res.returncode == -signal.SIGKILL
+    res = _cli(tmp_path, "resume=K")
+    assert res.returncode == 0, res.stderr[-2000:]
+    metrics = json.loads((tmp_path / "K" / "metrics.json").read_text())
+    assert metrics["epochs"] == 3
+
+
+# -- in-process checks ---------------------------------------------------------------
+
+
+def _user_error(fn) -> str:
+    with pytest.raises(Exception) as info:
+        fn()
+    err = find_user_error(info.value)
+    assert err is not None, info.value
+    return str(err)
+
+
+def test_corrupt_newest_checkpoint_falls_back_and_payload_never_runs(make_cfg, tmp_path, caplog):
+    train(make_cfg("trainer.max_epochs=2", "logger=none", "test=false"))
+    ckpt = tmp_path / "run" / "checkpoints"
+    assert (ckpt / "last.ckpt.prev").is_file()
+    canary = tmp_path / "pwned"
+    for content in (b"", (ckpt / "last.ckpt").read_bytes()[:5000], None):
+        if content is None:
+            with open(ckpt / "last.ckpt", "wb") as f:
+                pickle.dump({"state_dict": Payload(str(canary))}, f)
+        else:
+            (ckpt / "last.ckpt").write_bytes(content)
+        (ckpt / ".last.ckpt.abc.tmp").write_bytes(b"half-written")
+        prev = _load(ckpt / "last.ckpt.prev")
+        assert prev["epoch"] == 0
+        caplog.clear()
+        found = newest_valid_checkpoint(ckpt)
+        assert found is not None and found[0].name == "last.ckpt.prev"
+        assert "last.ckpt" in caplog.text
+        assert not canary.exists()
+        (ckpt / "last.ckpt").write_bytes(b"")
+    # resume goes on from the previous checkpoint, says so, and cleans the temp file
+    metrics = train(
+        make_cfg("trainer.max_epochs=2", "logger=none", "test=false", f"resume={tmp_path / 'run'}")
+    )
+    assert "falling back" in caplog.text
+    assert not list(ckpt.glob(".*.tmp"))
+    assert metrics["val/acc"] > 0 and not canary.exists()
+
+
+def test_unfinished_run_is_not_restarted_and_finished_one_not_retrained(make_cfg, tmp_path):
+    train(make_cfg("trainer.max_epochs=1", "logger=none"))
+    message = _user_error(lambda: train(make_cfg("trainer.max_epochs=1", "logger=none")))
+    assert "already holds checkpoints" in message and "resume=" in message
+    run = tmp_path / "run"
+    message = _user_error(
+        lambda: train(make_cfg("trainer.max_epochs=1", "logger=none", f"resume={run}"))
+    )
+    assert "already finished 1 epochs" in message
+    # raising max_epochs continues it
+    metrics = train(make_cfg("trainer.max_epochs=2", "logger=none", f"resume={run}"))
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 2
+    assert metrics["test/acc"] >= 0
+
+
+def test_non_finite_loss_stops_within_the_step_and_keeps_finite_checkpoints(make_cfg, tmp_path):
+    cfg = make_cfg(
+        "data.dataset={_target_:tests.helpers.random_sets,_partial_:true,n:200,nan_after:250}",
+        "data.batch_size=32",
+        "trainer.max_epochs=3",
+        "logger=none",
+        "trainer.num_sanity_val_steps=0",
+    )
+    message = _user_error(lambda: train(cfg))
+    assert "training loss is nan at step" in message
+    step = int(message.split("at step ")[1].split()[0])
+    assert 5 <= step <= 9  # 250 reads = the 8th batch of 32; sample 250 is in batch 8
+    ckpt = tmp_path / "run" / "checkpoints"
+    full = _load(ckpt / "last.ckpt")
+    assert all(torch.isfinite(v).all() for v in full["state_dict"].values())
+    assert all(torch.isfinite(v).all() for v in _load(ckpt / "last.pt").values())
+    assert full["global_step"] < step
+
+
+def test_same_seed_same_metrics(make_cfg, tmp_path):
+    def once(name):
+        cfg = make_cfg(
+            "seed=0",
+            "trainer.deterministic=true",
+            "debug=limit",
+            f"paths.output_dir={tmp_path / name}",
+            "data.num_workers=2",
+        )
+        train(cfg)
+        data = json.loads((tmp_path / name / "metrics.json").read_text())
+        return {k: v for k, v in data.items() if k not in ("run_dir", "wall_time_s")}
+
+    a, b = once("a"), once("b")
+    assert a == b and a["seed"] == 0 and "test/acc" in a
+
+
+def test_env_json_records_provenance(make_cfg, tmp_path):
+    train(make_cfg("debug=fast", "seed=7"))
+    env = json.loads((tmp_path / "run" / "env.json").read_text())
+    assert env["seed"] == 7 and env["device"] == "cpu"
+    assert env["torch"] == torch.__version__ and env["python"] and env["hostname"]
+    assert isinstance(env["command"], list) and env["lightning"] and env["hydra"]
+    assert "git_commit" in env and "git_dirty" in env
+    if env["git_dirty"]:
+        assert (tmp_path / "run" / "git.diff").is_file()
+
+
+# -- the command line: malformed input ---------------------------------------------------
+
+MALFORMED = [
+    ("foo=1", "foo"),
+    ("model=nope", "model=nope"),
+    ("experiment=nope", "experiment=nope"),
+    ("debug=nope", "debug=nope"),
+    ("logger=nope", "logger=nope"),
+    ("hparams_search=nope", "hparams_search=nope"),
+    ("optimizer.lr=abc", "optimizer.lr"),
+    ("optimizer.lr=-1", "optimizer.lr"),
+    ("data.batch_size=0", "data.batch_size"),
+    ("data.batch_size=1.5", "data.batch_size"),
+    ("data.num_workers=-2", "data.num_workers"),
+    ("seed=abc", "seed"),
+    ("trainer.max_epochs=abc", "trainer.max_epochs"),
+    ("trainer.accelerator=abacus", "trainer.accelerator"),
+    ("test=maybe", "test"),
+    ("optimized_mode=up", "optimized_mode"),
+    ("data=image_csv", "data.csv_file"),
+    ("model.net._target_=experiments.models.MLPP", "MLPP"),
+    ("model.net._target_=nopkg.Net", "nopkg"),
+    ("optimizer._target_=torch.optim.SGDD", "SGDD"),
+    ("optimizer.lr=[1", "cannot parse"),
+    ("+logger.wandb.api_key=sk-123", "environment"),
+    ("+trainer.token=abc", "environment"),
+    ("+db.password=hunter2", "environment"),
+    ("resume=/no/such/run", "/no/such/run"),
+]
+
+
+@pytest.mark.parametrize(("override", "named"), MALFORMED)
+def test_malformed_override_fails_in_one_line(tmp_path, override, named):
+    res = run_cli("-m", "experiments.train", override, cwd=tmp_path)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode != 0
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert named in lines[0]
+    assert "Traceback" not in res.stdout + res.stderr
+    assert not (tmp_path / "outputs").exists()  # nothing ran, no run dir
+
+
+def test_config_errors_answer_before_torch_is_imported(tmp_path):
+    code = (
+        "import sys\nfrom experiments.precheck import precheck\nfrom experiments.train "
+        "import CONF_DIR\ntry:\n    precheck(['optimizer.lr=abc'], CONF_DIR)\nexcept "
+        "Exception as e:\n    print(type(e).__name__)\nprint('torch' in sys.modules, "
+        "'lightning' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path
+    ).stdout.split()
+    assert out == ["UserError", "False", "False"]
+
+
+@pytest.mark.slow
+def test_secrets_never_reach_the_run_dir(tmp_path, data_dir):
+    canary = "CANARY-SECRET-7f3a9"
+    res = run_cli(
+        "-m",
+        "experiments.train",
+        "logger=wandb",
+        "logger.wandb.mode=offline",
+        "debug=limit",
+        f"paths.data_dir={data_dir}",
+        cwd=tmp_path,
+        env_extra={"WANDB_API_KEY": canary},
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = run_cli("-m", "experiments.train", f"+logger.wandb.api_key={canary}", cwd=tmp_path)
+    assert res.returncode != 0 and "environment" in res.stderr
+    hits = [
+        p
+        for p in (tmp_path / "outputs").rglob("*")
+        if p.is_file() and canary.encode() in p.read_bytes()
+    ]
+    assert hits == []
+    assert list((tmp_path / "outputs").rglob("run-*.wandb"))  # the W&B run was written
