@@ -17,6 +17,33 @@ from experiments.io import write_json
 log = logging.getLogger(__name__)
 
 
+class _FetchClock:
+    """Stands in for ``trainer.profiler`` during the profiled epoch to time the loop's own
+    "fetch the next batch" action (Lightning reports it to its profiler), so waiting for
+    data is told apart from the loop's other work between two steps."""
+
+    ACTION = "train_dataloader_next"
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.total = 0.0
+        self._t0: float | None = None
+
+    def start(self, action_name: str) -> None:
+        if action_name.endswith(self.ACTION):
+            self._t0 = time.perf_counter()
+        self.inner.start(action_name)
+
+    def stop(self, action_name: str) -> None:
+        self.inner.stop(action_name)
+        if action_name.endswith(self.ACTION) and self._t0 is not None:
+            self.total += time.perf_counter() - self._t0
+            self._t0 = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
 class Profiling(L.Callback):
     """Profile one training epoch and say whether data loading or compute dominates.
 
@@ -69,6 +96,7 @@ class Profiling(L.Callback):
         self._prof: profile | None = None
         self._trace_written = False
         self._reset_timers()
+        self._clock: _FetchClock | None = None
         self.summary: dict | None = None
 
     def _reset_timers(self) -> None:
@@ -109,6 +137,8 @@ class Profiling(L.Callback):
             on_trace_ready=self._export_trace,
         )
         self._reset_timers()
+        self._clock = _FetchClock(trainer.profiler)
+        trainer.profiler = self._clock
         self._sync(pl_module)
         self._prof.start()
         self._epoch_start = self._last_end = time.perf_counter()
@@ -141,15 +171,18 @@ class Profiling(L.Callback):
             return
         prof, self._prof = self._prof, None
         prof.stop()
+        trainer.profiler = self._clock.inner
         elapsed = time.perf_counter() - self._epoch_start
-        step_time = self._wait_s + self._compute_s
-        frac = self._wait_s / step_time if step_time > 0 else 0.0
+        step_time = self._wait_s + self._compute_s  # between steps + inside steps
+        fetch = min(self._clock.total, self._wait_s)  # waiting for the next batch
+        frac = fetch / step_time if step_time > 0 else 0.0
+        loop_frac = (self._wait_s - fetch) / step_time if step_time > 0 else 0.0
         loader = trainer.train_dataloader
         num_workers = getattr(loader, "num_workers", 0)
         pin_memory = bool(getattr(loader, "pin_memory", False))
         cuda = pl_module.device.type == "cuda"
         cached = getattr(trainer.datamodule, "cache", None)
-        verdict = self._verdict(frac, num_workers, pin_memory, cuda, cached)
+        verdict = self._verdict(frac, loop_frac, num_workers, pin_memory, cuda, cached)
         sort_key = "device_time_total" if cuda else "cpu_time_total"
         table = ""
         if self._trace_written:
@@ -165,9 +198,11 @@ class Profiling(L.Callback):
             "steps": self._steps,
             "samples": self._samples,
             "epoch_time_s": round(elapsed, 4),
-            "data_wait_s": round(self._wait_s, 4),
+            "data_wait_s": round(fetch, 4),
+            "between_steps_s": round(self._wait_s, 4),
             "compute_s": round(self._compute_s, 4),
             "data_wait_frac": round(frac, 4),
+            "loop_overhead_frac": round(loop_frac, 4),
             "steps_per_s": round(self._steps / elapsed, 3) if elapsed > 0 else 0.0,
             "samples_per_s": round(self._samples / elapsed, 2) if elapsed > 0 else 0.0,
             "num_workers": num_workers,
@@ -184,13 +219,15 @@ class Profiling(L.Callback):
         log.info("profile: %s (%s)", verdict, self.dirpath)
 
     def _verdict(
-        self, frac: float, num_workers: int, pin_memory: bool, cuda: bool, cached: bool | None
+        self, frac: float, loop_frac: float, num_workers: int, pin_memory: bool, cuda: bool,
+        cached: bool | None,
     ) -> str:
-        pct = round(100 * frac)
+        pct, loop = round(100 * frac), round(100 * loop_frac)
         if frac < self.data_bound_threshold:
             return (
                 f"data loading is {pct}% of step time: compute dominates "
-                f"(forward/backward/optimizer {100 - pct}%); see ops.txt for the top operators"
+                f"(forward/backward/optimizer {100 - pct - loop}%, the training loop's own "
+                f"work between steps {loop}%); see ops.txt for the top operators"
             )
         workers = min(max(2, 2 * num_workers), os.cpu_count() or 2)
         knobs = []
