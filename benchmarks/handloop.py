@@ -4,7 +4,8 @@
 ``work=True`` does by hand what the default stack does: a device-side accuracy metric
 and loss sum per step, the step loss written out every ``log_every`` steps, and every
 epoch a validation pass (loss, accuracy, confusion matrix), a CSV row, a full
-checkpoint (model + optimizer) and weights-only ``last.pt`` / ``best.pt``.
+checkpoint (model + optimizer) and weights-only ``last.pt`` / ``best.pt`` with JSON sidecars,
+all written atomically and durably (as the framework does).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+
+from experiments.io import atomic_write, write_json
 
 
 def _sync(device: torch.device) -> None:
@@ -106,12 +109,15 @@ def hand_loop(
             writer = csv.DictWriter(f, fieldnames=list(row))
             writer.writeheader()
             writer.writerows(rows)
-        torch.save(
-            {"model": net.state_dict(), "optimizer": opt.state_dict()}, out_dir / "last.ckpt"
-        )
-        torch.save(net.state_dict(), out_dir / "last.pt")
+        # durable like the framework's (temp file + fsync + rename): the same work, so the
+        # ratio measures framework overhead, not the price of not losing checkpoints
+        state = {"model": net.state_dict(), "optimizer": opt.state_dict()}
+        atomic_write(out_dir / "last.ckpt", lambda f, state=state: torch.save(state, f))
+        atomic_write(out_dir / "last.pt", lambda f: torch.save(net.state_dict(), f))
+        write_json(out_dir / "last.json", {"epoch": len(rows), "value": acc})
         if best is None or acc > best:
             best = acc
-            torch.save(net.state_dict(), out_dir / "best.pt")
+            atomic_write(out_dir / "best.pt", lambda f: torch.save(net.state_dict(), f))
+            write_json(out_dir / "best.json", {"epoch": len(rows), "value": acc})
     _sync(dev)
     return (time.perf_counter() - t0) / steps if t0 is not None and steps else float("nan")

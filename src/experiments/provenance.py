@@ -7,6 +7,8 @@ import platform
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,29 @@ def _git(*args: str) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def environment(seed: Any, device: str) -> dict[str, Any]:
+def start_git_probe() -> Callable[[], dict[str, Any]]:
+    """Ask git for commit, dirty flag and diff in a background thread (~0.1 s of
+    subprocesses that then overlap the torch/lightning import); call the result to get them."""
+    result: dict[str, Any] = {}
+
+    def probe() -> None:
+        commit = _git("rev-parse", "HEAD")
+        status = _git("status", "--porcelain", "--untracked-files=no")
+        result["git_commit"] = commit.strip() if commit else None
+        result["git_dirty"] = bool(status.strip()) if status is not None else None
+        result["diff"] = (_git("diff", "HEAD") or "") if result["git_dirty"] else None
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+
+    def get() -> dict[str, Any]:
+        thread.join(timeout=15)
+        return result
+
+    return get
+
+
+def environment(seed: Any, device: str, git: dict[str, Any] | None = None) -> dict[str, Any]:
     """Provenance of this process: git state, command line, versions, host, device, seed."""
     import hydra
     import lightning
@@ -33,8 +57,8 @@ def environment(seed: Any, device: str) -> dict[str, Any]:
 
     from experiments.precheck import SECRET_OVERRIDE
 
-    commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    if git is None:
+        git = start_git_probe()()
     argv = [
         a.split("=", 1)[0] + "=<redacted>"
         if "=" in a and SECRET_OVERRIDE.search(a.split("=")[0])
@@ -42,8 +66,8 @@ def environment(seed: Any, device: str) -> dict[str, Any]:
         for a in sys.argv
     ]
     return {
-        "git_commit": commit.strip() if commit else None,
-        "git_dirty": bool(status.strip()) if status is not None else None,
+        "git_commit": git.get("git_commit"),
+        "git_dirty": git.get("git_dirty"),
         "command": [sys.executable, *argv],
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -59,11 +83,14 @@ def environment(seed: Any, device: str) -> dict[str, Any]:
     }
 
 
-def write_environment(run_dir: Path, seed: Any, device: str) -> dict[str, Any]:
+def write_environment(
+    run_dir: Path, seed: Any, device: str, git: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Write ``env.json`` (and ``git.diff`` when the checkout has uncommitted changes)."""
-    env = environment(seed, device)
+    git = git if git is not None else start_git_probe()()
+    env = environment(seed, device, git)
     write_json(run_dir / "env.json", env)
     if env["git_dirty"]:
-        diff = _git("diff", "HEAD") or ""
+        diff = git.get("diff") or ""
         atomic_write(run_dir / "git.diff", lambda f: f.write(diff.encode()))
     return env

@@ -44,6 +44,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
         UserError: a mistake in the config or data (one line, naming what to fix).
         RunInterrupted: SIGTERM/SIGINT arrived; a checkpoint was saved first.
     """
+    from experiments.provenance import start_git_probe
+
+    git = start_git_probe()  # runs while torch and lightning import
     # imported here, not at the top: torch + lightning cost ~6 s, and `--help`,
     # `--cfg job` and config errors should answer before paying it
     import lightning as L
@@ -107,7 +110,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )
     if trainer.is_global_zero:
-        write_environment(run_dir, cfg.seed, str(trainer.strategy.root_device))
+        write_environment(run_dir, cfg.seed, str(trainer.strategy.root_device), git())
     checkpoints = next((c for c in callbacks if isinstance(c, StateDictCheckpoint)), None)
     try:
         for logger in loggers:

@@ -219,7 +219,12 @@ class Profiling(L.Callback):
         log.info("profile: %s (%s)", verdict, self.dirpath)
 
     def _verdict(
-        self, frac: float, loop_frac: float, num_workers: int, pin_memory: bool, cuda: bool,
+        self,
+        frac: float,
+        loop_frac: float,
+        num_workers: int,
+        pin_memory: bool,
+        cuda: bool,
         cached: bool | None,
     ) -> str:
         pct, loop = round(100 * frac), round(100 * loop_frac)
