@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +67,12 @@ def load_full_checkpoint(
     return checkpoint
 
 
-def newest_valid_checkpoint(folder: Path, name: str = "last.ckpt") -> tuple[Path, dict] | None:
-    """The newest loadable of ``name`` and ``name.prev`` in ``folder`` (with its content).
+def first_loadable(candidates: Iterable[Path]) -> tuple[Path, dict] | None:
+    """The first of ``candidates`` (newest first) that loads, with its content.
 
-    A broken newest file is reported and skipped, so a resume falls back to the one before.
+    A broken file is reported and skipped, so a resume falls back to the one before.
     """
-    for candidate in (folder / name, folder / (name + PREVIOUS_SUFFIX)):
+    for candidate in candidates:
         if not candidate.is_file():
             continue
         try:
@@ -79,6 +80,21 @@ def newest_valid_checkpoint(folder: Path, name: str = "last.ckpt") -> tuple[Path
         except UserError as err:
             log.warning("%s; trying the previous checkpoint", err)
     return None
+
+
+def newest_valid_checkpoint(folder: Path, name: str = "last.ckpt") -> tuple[Path, dict] | None:
+    """The newest loadable of ``name`` and ``name.prev`` in ``folder``."""
+    return first_loadable([folder / name, folder / (name + PREVIOUS_SUFFIX)])
+
+
+def newest_valid_hpc_checkpoint(run_dir: Path) -> tuple[Path, dict] | None:
+    """The newest loadable ``hpc_ckpt_N.ckpt`` (Lightning's SLURM SIGUSR1 checkpoint)."""
+
+    def number(path: Path) -> int:
+        suffix = path.stem.rsplit("_", 1)[-1]
+        return int(suffix) if suffix.isdigit() else -1
+
+    return first_loadable(sorted(run_dir.glob("hpc_ckpt_*.ckpt"), key=number, reverse=True))
 
 
 def remove_stale_temp_files(folder: Path) -> int:

@@ -19,3 +19,16 @@ def find_user_error(err: BaseException | None) -> UserError | None:
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
+
+
+def one_line(err: BaseException, last: bool = False) -> str:
+    """One non-empty line of ``err``'s text, without a leading ``UserError: ``.
+
+    ``last=True`` takes the last line: an error raised in a DataLoader worker arrives with
+    the worker's traceback in front of it. An empty message gives the exception's name.
+    """
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(err).__name__
+    line = lines[-1] if last else lines[0]
+    return line.removeprefix("experiments.errors.UserError: ").removeprefix("UserError: ")

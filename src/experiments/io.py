@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line
 
 COMPILE_PREFIX = "_orig_mod."
 
@@ -90,7 +90,7 @@ def safe_load(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # truncated zip, pickle refused by the weights-only unpickler, ...
-        reason = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), repr(err))
+        reason = one_line(err)
         if "weights_only" in str(err) or "Unsupported" in str(err):
             reason = "it holds pickled objects that are not plain data (refused, not run)"
         raise UserError(f"checkpoint {path} cannot be loaded: {reason[:200]}") from None
@@ -121,5 +121,6 @@ def load_state_dict_file(net, path: str | os.PathLike, map_location: Any = "cpu"
     try:
         net.load_state_dict(state_dict)
     except RuntimeError as err:  # shape mismatch
-        line = str(err).strip().splitlines()[-1].strip()
-        raise UserError(f"checkpoint {path} does not fit this network: {line}") from None
+        raise UserError(
+            f"checkpoint {path} does not fit this network: {one_line(err, last=True)}"
+        ) from None

@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from experiments.config import validate
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line
 
 # flags after which Hydra does something other than run the task: leave those to Hydra
 PASS_THROUGH = {
@@ -73,7 +73,7 @@ def precheck(argv: list[str], conf_dir: str, config_name: str = "train") -> list
     try:
         parsed = parser.parse_overrides(overrides)
     except OverrideParseException as err:
-        raise UserError(f"cannot parse override: {_first_line(err)}") from None
+        raise UserError(f"cannot parse override: {one_line(err)}") from None
     for override in parsed:
         key = override.get_key_element().lstrip("+~")
         if SECRET_OVERRIDE.search(key.split("/")[-1]):
@@ -113,7 +113,7 @@ def compose_or_fail(conf_dir: str, config_name: str, overrides: list[str]) -> Di
     except HydraException as err:
         raise UserError(_hydra_message(err)) from None
     except Exception as err:  # omegaconf errors during composition
-        raise UserError(_first_line(err)) from None
+        raise UserError(one_line(err)) from None
 
 
 def _first_value(override) -> str | None:
@@ -125,11 +125,6 @@ def _first_value(override) -> str | None:
     except Exception:  # interval(...) and other non-enumerable sweeps: checked by the sweeper
         return None
     return f"{override.get_key_element()}={first}"
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    return lines[0] if lines else type(err).__name__
 
 
 def _hydra_message(err: BaseException) -> str:
@@ -144,7 +139,7 @@ def _hydra_message(err: BaseException) -> str:
     if unknown:
         key = unknown.group(1)
         return f"unknown key '{key}' (add a new key with +{key}=...; check the spelling)"
-    return _first_line(err)
+    return one_line(err)
 
 
 # -- _target_ checks without importing anything ----------------------------------------
@@ -242,14 +237,17 @@ def _defined_names(module_file: str | None) -> set[str] | None:
 # -- resume ----------------------------------------------------------------------------
 
 
+def has_last_checkpoint(run_dir: Path) -> bool:
+    """``checkpoints/last.ckpt`` (or the ``.prev`` kept beside it) exists in ``run_dir``."""
+    return any((run_dir / "checkpoints").glob("last.ckpt*"))
+
+
 def find_resumable(runs_dir: Path) -> Path | None:
     """The newest run under ``runs_dir`` with a checkpoint and no ``metrics.json``."""
     candidates = [
         d
         for d in runs_dir.glob("*")
-        if (d / "checkpoints").is_dir()
-        and not (d / "metrics.json").is_file()
-        and any((d / "checkpoints").glob("last.ckpt*"))
+        if has_last_checkpoint(d) and not (d / "metrics.json").is_file()
     ]
     return max(candidates, key=lambda d: d.stat().st_mtime, default=None)
 
@@ -288,7 +286,7 @@ def _resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> lis
     saved = run_dir / ".hydra" / "overrides.yaml"
     if not saved.is_file():
         raise UserError(f"resume={resume}: {saved} not found (is this a run dir?)")
-    if not any((run_dir / "checkpoints").glob("last.ckpt*")):
+    if not has_last_checkpoint(run_dir):
         raise UserError(f"resume={resume}: no checkpoint in {run_dir / 'checkpoints'}")
     before = [str(o) for o in OmegaConf.load(saved)]
     drop = ("resume=", "hydra.run.dir=")

@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from experiments.errors import UserError, find_user_error
+from experiments.errors import UserError, find_user_error, one_line
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
     try:
         cfg = OmegaConf.load(path)  # a SafeLoader: YAML tags cannot build objects
     except Exception as err:
-        raise UserError(f"cannot read {path}: {_first_line(err)}") from None
+        raise UserError(f"cannot read {path}: {one_line(err)}") from None
     if not isinstance(cfg, DictConfig):
         raise UserError(f"{path} does not hold a mapping of config keys")
     # `${hydra:runtime.output_dir}` only resolves inside a Hydra run; this is the folder it named
@@ -128,7 +128,7 @@ def _apply_override(cfg: DictConfig, arg: str, path: Path) -> None:
     try:
         value = OmegaConf.to_container(OmegaConf.from_dotlist([f"k={text}"]))["k"]
     except Exception as err:
-        raise UserError(f"override {arg!r}: cannot parse the value: {_first_line(err)}") from None
+        raise UserError(f"override {arg!r}: cannot parse the value: {one_line(err)}") from None
     plain = OmegaConf.to_container(cfg, resolve=False)
     found, current = _lookup(plain, key.split("."))
     if not found and not add:
@@ -146,7 +146,7 @@ def _apply_override(cfg: DictConfig, arg: str, path: Path) -> None:
     try:
         OmegaConf.update(cfg, key, value, merge=False, force_add=add)
     except OmegaConfBaseException as err:
-        raise UserError(f"override {arg!r}: {_first_line(err)}") from None
+        raise UserError(f"override {arg!r}: {one_line(err)}") from None
 
 
 def _lookup(node: Any, parts: list[str]) -> tuple[bool, Any]:
@@ -179,7 +179,7 @@ def resolved(cfg: DictConfig, key: str) -> Any:
     except OmegaConfBaseException as err:
         bad = getattr(err, "full_key", None) or key
         raise UserError(
-            f"cannot resolve {bad} of the run's config: {_first_line(err)} "
+            f"cannot resolve {bad} of the run's config: {one_line(err)} "
             f"(override it, e.g. {bad}=<value>)"
         ) from None
     if plain is None:
@@ -348,7 +348,7 @@ def read_sidecar(ckpt: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise UserError(f"cannot read {path}: {_first_line(err)}") from None
+        raise UserError(f"cannot read {path}: {one_line(err)}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} does not hold a JSON object")
     return data
@@ -367,14 +367,5 @@ def run_main(body, argv: Sequence[str]) -> None:
         user_error = find_user_error(err)
         if user_error is None:
             raise
-        print(f"error: {_first_line(user_error, last=True)}", file=sys.stderr)
+        print(f"error: {one_line(user_error, last=True)}", file=sys.stderr)
         sys.exit(1)
-
-
-def _first_line(err: BaseException, last: bool = False) -> str:
-    # an error from a DataLoader worker arrives with the worker's traceback in its text
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    if not lines:
-        return type(err).__name__
-    line = lines[-1] if last else lines[0]
-    return line.removeprefix("experiments.errors.UserError: ").removeprefix("UserError: ")

@@ -85,11 +85,10 @@ class SweepSummary(Callback):
 
 def _one_line(err: Any) -> str:
     if isinstance(err, BaseException):
-        from experiments.errors import find_user_error
+        from experiments.errors import find_user_error, one_line
 
         err = find_user_error(err) or err
-        lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-        return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:300]
+        return f"{type(err).__name__}: {one_line(err, last=True)}"[:300]
     return str(err)[:300]
 
 

@@ -18,7 +18,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.config import validate
-from experiments.errors import UserError, find_user_error
+from experiments.errors import UserError, find_user_error, one_line
 
 log = logging.getLogger(__name__)
 
@@ -184,16 +184,18 @@ def _checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
     an unfinished run over from step 0); a resume refuses a finished run unless
     ``trainer.max_epochs`` was raised.
     """
-    from experiments.checkpoint_io import newest_valid_checkpoint, remove_stale_temp_files
+    from experiments.checkpoint_io import (
+        PREVIOUS_SUFFIX,
+        newest_valid_checkpoint,
+        newest_valid_hpc_checkpoint,
+        remove_stale_temp_files,
+    )
+    from experiments.precheck import has_last_checkpoint, requeued
 
     folder = run_dir / "checkpoints"
     if folder.is_dir():
         remove_stale_temp_files(folder)
-    has_checkpoints = (folder.is_dir() and any(folder.glob("last.ckpt*"))) or any(
-        run_dir.glob("hpc_ckpt_*.ckpt")
-    )
-    from experiments.precheck import requeued
-
+    has_checkpoints = has_last_checkpoint(run_dir) or any(run_dir.glob("hpc_ckpt_*.ckpt"))
     # a SLURM job requeued after pre-emption/time-out runs again in its own job dir
     # (submitit keeps it): continue from the checkpoint instead of refusing
     if not cfg.get("resume") and not (has_checkpoints and requeued()):
@@ -204,13 +206,13 @@ def _checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
             )
         return None
     found = newest_valid_checkpoint(folder)
-    hpc = _newest_hpc_checkpoint(run_dir)  # Lightning's SIGUSR1 (SLURM requeue) checkpoint
+    hpc = newest_valid_hpc_checkpoint(run_dir)  # Lightning's SIGUSR1 (SLURM requeue) one
     if hpc is not None and (found is None or hpc[0].stat().st_mtime > found[0].stat().st_mtime):
         found = hpc
     if found is None:
         raise UserError(f"resume: no loadable checkpoint in {folder}")
     path, checkpoint = found
-    if path.name != "last.ckpt":
+    if path.name.endswith(PREVIOUS_SUFFIX):
         log.warning("resume: the newest checkpoint is unreadable; falling back to %s", path)
     epochs_done = int(checkpoint.get("epoch", 0)) + 1
     max_epochs = cfg.trainer.get("max_epochs")
@@ -230,21 +232,6 @@ def _checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
     if finished:
         (run_dir / "metrics.json").rename(run_dir / "metrics.previous.json")
     return path
-
-
-def _newest_hpc_checkpoint(run_dir: Path):
-    from experiments.checkpoint_io import load_full_checkpoint
-
-    files = sorted(
-        run_dir.glob("hpc_ckpt_*.ckpt"),
-        key=lambda p: int(p.stem.rsplit("_", 1)[-1]) if p.stem[-1].isdigit() else -1,
-    )
-    for path in reversed(files):
-        try:
-            return path, load_full_checkpoint(path)
-        except UserError as err:
-            log.warning("%s; skipping it", err)
-    return None
 
 
 def _progress(trainer, checkpoints) -> dict[str, int]:
@@ -274,10 +261,7 @@ def fail(err: UserError) -> None:
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
         raise err
     # an error raised in a DataLoader worker arrives wrapped in the worker's traceback
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    message = lines[-1] if lines else type(err).__name__
-    message = message.removeprefix("experiments.errors.UserError: ").removeprefix("UserError: ")
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {one_line(err, last=True)}", file=sys.stderr)
     sys.exit(1)
 
 

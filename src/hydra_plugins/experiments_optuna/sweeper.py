@@ -208,7 +208,8 @@ def _format(value: Any) -> str:
 
 def _describe(ret, value) -> str:
     if ret.status != JobStatus.COMPLETED:
+        from experiments.errors import one_line
+
         err = ret._return_value
-        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-        return f"{type(err).__name__}: {lines[-1] if lines else ''}"
+        return f"{type(err).__name__}: {one_line(err, last=True)}"
     return f"returned {value!r}, not a finite number (is optimized_metric logged?)"
