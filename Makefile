@@ -40,12 +40,12 @@ sweep: install
 	$(PY) -m experiments.train -m optimizer.lr=0.01,0.03,0.1,0.3 $(ARGS)
 
 lint: install
-	$(PY) -m ruff check src tests benchmarks
-	$(PY) -m ruff format --check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks scripts
+	$(PY) -m ruff format --check src tests benchmarks scripts
 
 format: install
-	$(PY) -m ruff format src tests benchmarks
-	$(PY) -m ruff check --fix src tests benchmarks
+	$(PY) -m ruff format src tests benchmarks scripts
+	$(PY) -m ruff check --fix src tests benchmarks scripts
 
 clean:
 	rm -rf outputs/*/ .pytest_cache .ruff_cache

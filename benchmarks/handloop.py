@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from experiments.io import atomic_write, write_json
+from experiments.runs.files import atomic_write, write_json
 
 
 def _sync(device: torch.device) -> None:

@@ -61,9 +61,9 @@ def _compose(work: Path, tag: str, overrides: list[str]):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf, open_dict
 
-    from experiments.train import CONF_DIR
+    from experiments.config import CONF_DIR
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(
             "train",
             overrides=[

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from PIL import Image
 
-from experiments.train import CONF_DIR
+from experiments.config import CONF_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def make_cfg(tmp_path, data_dir):
     """Compose ``train.yaml`` with overrides, data and outputs under temp dirs."""
 
     def _make(*overrides: str, config_name: str = "train") -> DictConfig:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(
                 config_name,
                 overrides=[

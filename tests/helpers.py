@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 
 import torch
+from lightning.pytorch import Callback
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -120,3 +121,18 @@ class Payload:
 
     def __reduce__(self):
         return (open, (self.target, "w"))
+
+
+class SignalAt(Callback):
+    """Sends ``signum`` to this very process after training step ``step``: a test's
+    interruption at a known point, instead of a signal sent after a guessed sleep."""
+
+    def __init__(self, step: int, signum: int = 15) -> None:
+        self.step = step
+        self.signum = signum
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            import os
+
+            os.kill(os.getpid(), self.signum)

@@ -12,10 +12,10 @@ from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import Logger
 from omegaconf import OmegaConf
 
-from experiments.config import validate
+from experiments.config import CONF_DIR
+from experiments.config.validate import validate
 from experiments.data import ImageDataModule
 from experiments.models import ClassificationModule
-from experiments.train import CONF_DIR
 
 
 def discover() -> list[tuple[str, str]]:
@@ -90,15 +90,14 @@ def test_option_composes_and_instantiates(make_cfg, group, option, tmp_path):
             cls = get_class(strategy._target_)
             keys = {k for k in strategy if not k.startswith("_")}
             inspect.signature(cls).bind_partial(**{k: None for k in keys})
-            trainer_cfg = OmegaConf.merge(trainer_cfg, {"strategy": "auto",
-                                                        "precision": "32-true"})
+            trainer_cfg = OmegaConf.merge(trainer_cfg, {"strategy": "auto", "precision": "32-true"})
     assert isinstance(instantiate(trainer_cfg, enable_progress_bar=False), Trainer)
 
 
 def test_hydra_and_paths_groups_resolve(make_cfg):
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", return_hydra_config=True)
     assert "runs" in cfg.hydra.run.dir and "multiruns" in cfg.hydra.sweep.dir
     assert cfg.hydra.job.chdir is False
@@ -107,7 +106,7 @@ def test_hydra_and_paths_groups_resolve(make_cfg):
 def test_defaults():
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", return_hydra_config=True)
     choices = cfg.hydra.runtime.choices
     assert cfg.seed == 42 and cfg.optimized_metric == "val/acc"

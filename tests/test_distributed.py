@@ -109,8 +109,8 @@ def test_two_processes_match_one_at_the_same_global_batch(tmp_path, data_dir, ma
 
 
 def test_a_requeued_slurm_job_resumes_its_own_run(tmp_path, monkeypatch):
-    from experiments.precheck import precheck
-    from experiments.train import CONF_DIR
+    from experiments.config import CONF_DIR
+    from experiments.config.precheck import precheck
 
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / "outputs" / "train" / "runs"
@@ -122,10 +122,10 @@ def test_a_requeued_slurm_job_resumes_its_own_run(tmp_path, monkeypatch):
         (runs / name / "env.json").write_text(json.dumps({"slurm_job_id": job}))
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
-    assert precheck(["trainer=ddp_cpu"], CONF_DIR) == ["trainer=ddp_cpu"]  # first start
+    assert precheck(["trainer=ddp_cpu"], str(CONF_DIR)) == ["trainer=ddp_cpu"]  # first start
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # requeued after SIGUSR1
     mine = (runs / "mine").resolve()
-    assert precheck(["trainer=ddp_cpu"], CONF_DIR) == [
+    assert precheck(["trainer=ddp_cpu"], str(CONF_DIR)) == [
         "trainer=ddp_cpu",
         f"resume={mine}",
         f"hydra.run.dir={mine}",

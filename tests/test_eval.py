@@ -12,9 +12,10 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from experiments.config import CONF_DIR
 from experiments.errors import UserError
 from experiments.eval import evaluate, main
-from experiments.train import CONF_DIR, train
+from experiments.train import train
 from tests.conftest import run_cli
 
 _RUNS: dict[str, Path] = {}
@@ -27,7 +28,7 @@ def train_once(tmp_path_factory, data_dir: Path) -> Path:
         return _RUNS["run"]
     run = tmp_path_factory.mktemp("trained") / "outputs" / "train" / "runs" / "2025-01-01_00-00-00"
     overrides = ["trainer.max_epochs=2", "logger=none", f"paths.data_dir={data_dir}"]
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         composed = compose("train", overrides=overrides)
     # what Hydra saves: the composed config, unresolved (paths.output_dir -> ${hydra:...})
     (run / ".hydra").mkdir(parents=True)

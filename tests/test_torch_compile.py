@@ -7,7 +7,7 @@ import torch
 from hydra.utils import instantiate
 
 from experiments.callbacks import TorchCompile
-from experiments.io import load_state_dict_file
+from experiments.runs.weights import load_state_dict_file
 from experiments.train import train
 
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from experiments.config import REDACTED, redact
-from experiments.tracking import resolve_mode
+from experiments.config.secrets import REDACTED, redact
+from experiments.tracking.wandb import resolve_mode
 from tests.conftest import REPO, run_cli
 from tests.wandb_reader import read_run
 

@@ -1,33 +1,6 @@
-"""Lightning's CSVLogger, made safe to append to: a resumed run (or a process forked for
-``trainer.test``) adds rows to the existing ``metrics.csv`` instead of failing on it."""
+"""Moved to ``experiments.tracking.csv``; kept so that run configs written before the move
+(``_target_: experiments.csv_logger.CSVLogger``) still load in eval and predict."""
 
-from __future__ import annotations
+from experiments.tracking.csv import CSVLogger
 
-import csv
-
-from lightning.pytorch.loggers import CSVLogger as _LightningCSVLogger
-from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-from lightning.pytorch.loggers.logger import rank_zero_experiment
-
-
-class _AppendingWriter(ExperimentWriter):
-    # Lightning's writer only knows the columns it wrote itself; a new writer on an existing
-    # file rewrote it with fewer columns and crashed (csv.DictWriter: fields not in header).
-    def save(self) -> None:
-        if self.metrics and self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as f:
-                header = next(csv.reader(f), [])
-            self.metrics_keys = sorted(set(self.metrics_keys) | set(header))
-        super().save()
-
-
-class CSVLogger(_LightningCSVLogger):
-    """``lightning.pytorch.loggers.CSVLogger`` that appends to an existing metrics.csv."""
-
-    @property
-    @rank_zero_experiment
-    def experiment(self) -> ExperimentWriter:
-        if self._experiment is None:
-            self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _AppendingWriter(log_dir=self.log_dir)
-        return self._experiment
+__all__ = ["CSVLogger"]

@@ -32,3 +32,30 @@ def one_line(err: BaseException, last: bool = False) -> str:
         return type(err).__name__
     line = lines[-1] if last else lines[0]
     return line.removeprefix("experiments.errors.UserError: ").removeprefix("UserError: ")
+
+
+def exit_with(err: UserError, code: int = 1) -> None:
+    """The one way a user mistake ends a command: ``error: <one line>`` and exit ``code``."""
+    import sys
+
+    # an error raised in a DataLoader worker arrives with the worker's traceback in front
+    print(f"error: {one_line(err, last=True)}", file=sys.stderr)
+    sys.exit(code)
+
+
+def run_main(body, argv) -> None:
+    """Run ``body(argv)`` as an entry point (eval, predict): a UserError exits 1 in one line."""
+    import logging
+
+    logging.basicConfig(
+        level=logging.INFO,
+        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        body(list(argv))
+    except Exception as err:
+        user_error = find_user_error(err)
+        if user_error is None:
+            raise
+        exit_with(user_error)

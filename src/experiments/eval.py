@@ -14,14 +14,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments.errors import UserError
-from experiments.rundir import (
+from experiments.errors import UserError, run_main
+from experiments.runs.saved import (
     checkpoint_path,
     load_run_config,
     parse_args,
     read_sidecar,
     resolved,
-    run_main,
 )
 
 log = logging.getLogger(__name__)
@@ -61,7 +60,8 @@ def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] =
     import lightning  # noqa: F401  (before route_lightning_logs: the import adds a handler)
     from hydra.utils import instantiate
 
-    from experiments.io import load_state_dict_file, write_json
+    from experiments.runs.files import write_json
+    from experiments.runs.weights import load_state_dict_file
     from experiments.utils import route_lightning_logs
 
     route_lightning_logs()

@@ -14,14 +14,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments.errors import UserError
-from experiments.rundir import (
+from experiments.errors import UserError, run_main
+from experiments.runs.saved import (
     checkpoint_path,
     load_run_config,
     parse_args,
     read_sidecar,
     resolved,
-    run_main,
 )
 
 log = logging.getLogger(__name__)
@@ -91,7 +90,8 @@ def predict(
     import torch
     from hydra.utils import instantiate
 
-    from experiments.io import atomic_write, load_state_dict_file
+    from experiments.runs.files import atomic_write
+    from experiments.runs.weights import load_state_dict_file
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

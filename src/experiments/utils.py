@@ -47,7 +47,9 @@ def route_lightning_logs() -> None:
 
 def process_rank() -> int:
     """Global rank of this process as launchers announce it (0 when not distributed)."""
-    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+    # the order Lightning reads them in (rank_zero_only): a launcher's RANK/LOCAL_RANK wins over
+    # SLURM_PROCID, which is 0 for every process an interactive allocation forks itself
+    for var in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
         value = os.environ.get(var)
         if value not in (None, ""):
             return int(value)

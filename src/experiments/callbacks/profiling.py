@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from experiments.io import write_json
+from experiments.runs.files import write_json
 
 log = logging.getLogger(__name__)
 

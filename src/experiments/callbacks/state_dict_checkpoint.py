@@ -10,7 +10,8 @@ from typing import Any
 import lightning as L
 from omegaconf import OmegaConf
 
-from experiments.io import save_state_dict, write_json
+from experiments.runs.files import write_json
+from experiments.runs.weights import save_state_dict
 
 log = logging.getLogger(__name__)
 

@@ -100,6 +100,14 @@ class ValidationAccuracy(L.Callback):
             row["val/acc"] = self.epoch_acc
         self.history.append(row)
 
+    def state_dict(self) -> dict:
+        # in every full checkpoint: a resumed run's curves and best value span all epochs
+        return {"best": self.best, "history": self.history}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.best = state_dict.get("best")
+        self.history = list(state_dict.get("history", []))
+
     def on_fit_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero or self.last_matrix is None:
             return

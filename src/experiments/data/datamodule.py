@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from experiments.data import sources
 from experiments.data.datasets import CsvImageDataset, peek_image
+from experiments.data.loaders import ResumableLoader
 from experiments.data.samplers import EpochShuffleSampler
 from experiments.data.transforms import is_deterministic
 from experiments.errors import UserError
@@ -223,9 +224,13 @@ class ImageDataModule(L.LightningDataModule):
             persistent_workers=self.persistent_workers and self.num_workers > 0,
         )
 
-    def skip_batches(self, epoch: int, batches: int) -> None:
-        """Resume mid-epoch: the next train loader of ``epoch`` starts after ``batches``."""
-        self._resume_at = (epoch, batches)
+    def _train_position(self) -> tuple[int, int]:
+        """``(epoch, batches of it trained on)``; 0 batches at an epoch's end."""
+        trainer = self.trainer
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        if done >= trainer.num_training_batches:
+            done = 0
+        return trainer.current_epoch, int(done)
 
     def train_dataloader(self) -> DataLoader:
         # The shuffle order is a function of (seed, epoch), not of when Lightning happens to
@@ -239,11 +244,7 @@ class ImageDataModule(L.LightningDataModule):
         generator = torch.Generator()  # seeds the workers; re-seeded per epoch by the sampler
         sampler = EpochShuffleSampler(len(self.train_set), torch.initial_seed(), generator)
         sampler.set_epoch(epoch)
-        resume_at = getattr(self, "_resume_at", None)
-        if resume_at is not None and resume_at[0] == epoch:
-            sampler.skip(resume_at[1] * self.batch_size)
-            self._resume_at = None
-        return DataLoader(
+        return ResumableLoader(
             self.train_set,
             batch_size=self.batch_size,
             sampler=sampler,
@@ -251,6 +252,7 @@ class ImageDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.persistent_workers and self.num_workers > 0,
+            position=self._train_position if trainer is not None else None,
         )
 
     def val_dataloader(self) -> DataLoader:

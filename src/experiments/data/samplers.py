@@ -15,7 +15,8 @@ class EpochShuffleSampler(Sampler[int]):
     torch's RandomSampler draws its seed from the global RNG when iteration starts, and
     Lightning starts the iterator at different moments in a fresh and a resumed run; a
     permutation fixed by (seed, epoch) does not care. ``skip(n)`` drops the first ``n``
-    indices of the next iteration only (resuming in the middle of an epoch).
+    indices of the next iteration only (resuming in the middle of an epoch; see
+    ``ResumableLoader``).
 
     Args:
         num_samples: dataset length.

@@ -1,6 +1,6 @@
-"""A finished run's folder, read back safely: its saved config with ``key=value``
-overrides applied, every ``_target_`` checked before anything is built, and the paths
-and sidecars of its weights-only checkpoints. Shared by ``eval`` and ``predict``.
+"""A finished run's folder read back for ``eval`` and ``predict``: its saved config with
+``key=value`` overrides applied (every ``_target_`` checked before anything is built),
+and its weights-only checkpoints with their sidecars.
 
 Nothing here imports torch or Lightning, so argument and config mistakes answer in
 well under a second.
@@ -9,12 +9,8 @@ well under a second.
 from __future__ import annotations
 
 import difflib
-import functools
-import importlib
 import json
-import logging
 import sys
-import types
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,36 +18,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from experiments.errors import UserError, find_user_error, one_line
-
-log = logging.getLogger(__name__)
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-# a run's config is a file anyone could have edited: only these may be built from it
-ALLOWED_PREFIXES = ("experiments.", "torch.", "torchvision.", "lightning.")
-ALLOWED_EXACT = ("hydra.utils.get_object",)
-# where the object a target names must actually live: `torch.os.system` starts with
-# "torch." but is os.system, so the prefix alone is not enough
-ALLOWED_MODULE_ROOTS = ("experiments", "torch", "torchvision", "lightning")
-# under the allowed roots, but they load or run code, spawn processes or fetch files
-DENIED_MODULES = (
-    "torch.hub",
-    "torch.serialization",
-    "torch.jit",
-    "torch.package",
-    "torch.utils.cpp_extension",
-    "torch.utils.data.datapipes",
-    "torch.ops",
-    "torch.library",
-    "torch.classes",
-    "torch.distributed",
-    "torch.multiprocessing",
-    "torch.compiler",
-    "torchvision.datasets.utils",
-    "lightning.pytorch.cli",
-    "lightning.fabric.cli",
-    "lightning.app",
-)
+from experiments.config.allowlist import check_targets
+from experiments.errors import UserError, one_line
+from experiments.runs.layout import RunDir
 
 
 def parse_args(argv: Sequence[str], own: dict[str, Any], usage: str) -> tuple[dict, list[str]]:
@@ -99,7 +68,7 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run_dir not found: {run_dir}")
-    path = run_dir / ".hydra" / "config.yaml"
+    path = RunDir(run_dir).saved_config
     if not path.is_file():
         raise UserError(
             f"{run_dir} is not a run folder: {path} is missing "
@@ -189,126 +158,6 @@ def resolved(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.create(plain) if isinstance(plain, dict | list) else plain
 
 
-@functools.cache
-def conf_targets(conf_dir: Path = CONF_DIR) -> set[str]:
-    """Every literal ``_target_`` (and ``get_object`` path) in the repo's ``conf/`` tree.
-
-    These are trusted as they ship with the code, and need no import to be checked.
-    """
-    targets: set[str] = set()
-    for file in sorted(conf_dir.rglob("*.yaml")):
-        try:
-            plain = OmegaConf.to_container(OmegaConf.load(file), resolve=False)
-        except Exception:  # a broken file in conf/ is train's error to report, not ours
-            continue
-        for _, target, node in _walk_targets(plain):
-            names = [target] + (_object_paths(node) if target in ALLOWED_EXACT else [])
-            targets.update(n for n in names if isinstance(n, str) and "${" not in n)
-    return targets
-
-
-def check_targets(plain: Any, where: str, prefix: str = "") -> None:
-    """Refuse a config whose ``_target_``s reach outside the allowlist, before building any.
-
-    A target is allowed when it equals one in the repo's ``conf/`` tree, or starts with
-    one of ``ALLOWED_PREFIXES`` and names an object that really lives in those packages
-    (and not in ``DENIED_MODULES``). ``hydra.utils.get_object``'s ``path`` is checked the
-    same way. Interpolated targets (``${...}``) are checked once resolved (``resolved``).
-
-    Raises:
-        UserError: naming the key and the refused target.
-    """
-    trusted = None
-    for key, target, node in _walk_targets(plain):
-        if isinstance(target, str) and "${" in target:
-            continue
-        names = [(f"{prefix}{key}._target_", target)]
-        if target in ALLOWED_EXACT:
-            if set(node) - {"_target_", "path", "_args_"} or len(_object_paths(node)) != 1:
-                raise UserError(
-                    f"{where}: {prefix}{key} calls {target} in an unexpected way (refused); "
-                    f"expected only a path: key"
-                )
-            names = [(f"{prefix}{key}.path", p) for p in _object_paths(node)]
-        for name, value in names:
-            if isinstance(value, str) and "${" in value:
-                continue
-            if trusted is None:
-                trusted = conf_targets()
-            if value in trusted:
-                continue
-            reason = _refusal(value)
-            if reason:
-                raise UserError(
-                    f"{where}: {name}={value!r} is refused ({reason}); allowed: targets in "
-                    f"conf/ or under {', '.join(ALLOWED_PREFIXES)}"
-                )
-
-
-def _object_paths(node: dict) -> list[Any]:
-    args = node.get("_args_") or []
-    return ([node["path"]] if "path" in node else []) + (
-        list(args) if isinstance(args, list) else [args]
-    )
-
-
-def _walk_targets(node: Any, key: str = ""):
-    """Yield ``(dotted key, target, node)`` for every mapping with a ``_target_``."""
-    if isinstance(node, dict):
-        if "_target_" in node:
-            yield key or "<root>", node["_target_"], node
-        for k, v in node.items():
-            yield from _walk_targets(v, f"{key}.{k}" if key else str(k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _walk_targets(v, f"{key}.{i}" if key else str(i))
-
-
-def _refusal(target: Any) -> str | None:
-    """Why ``target`` may not be built, or None when it may."""
-    if not isinstance(target, str):
-        return "not a dotted name"
-    if not target.startswith(ALLOWED_PREFIXES) or target in ALLOWED_PREFIXES:
-        return "outside the allowed packages"
-    if any(part.startswith("_") or not part.isidentifier() for part in target.split(".")):
-        return "a private or malformed name"
-    if _denied(target):
-        return "it can load or run code"
-    obj = _locate(target)
-    if obj is None:
-        return "it cannot be found"
-    if isinstance(obj, types.ModuleType):
-        return "a module, not a class or function"
-    module = getattr(obj, "__module__", None) or type(obj).__module__ or ""
-    if not isinstance(module, str) or module.split(".")[0] not in ALLOWED_MODULE_ROOTS:
-        return f"it is really {module}.{getattr(obj, '__name__', '?')}"
-    if _denied(module):
-        return "it can load or run code"
-    return None
-
-
-def _denied(name: str) -> bool:
-    return any(name == d or name.startswith(d + ".") for d in DENIED_MODULES)
-
-
-def _locate(target: str) -> Any:
-    # import the longest importable module prefix, then walk attributes: as Hydra does,
-    # but only ever importing modules under the allowed prefixes (checked above)
-    parts = target.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        try:
-            for part in parts[i:]:
-                obj = getattr(obj, part)
-        except AttributeError:
-            return None
-        return obj
-    return None
-
-
 def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
     """``best`` / ``last`` -> ``<run_dir>/checkpoints/<name>.pt``; else a file path.
 
@@ -352,20 +201,3 @@ def read_sidecar(ckpt: Path) -> dict:
     if not isinstance(data, dict):
         raise UserError(f"{path} does not hold a JSON object")
     return data
-
-
-def run_main(body, argv: Sequence[str]) -> None:
-    """Run ``body(argv)`` as an entry point: a UserError becomes ``error: <line>`` and exit 1."""
-    logging.basicConfig(
-        level=logging.INFO,
-        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    try:
-        body(list(argv))
-    except Exception as err:
-        user_error = find_user_error(err)
-        if user_error is None:
-            raise
-        print(f"error: {one_line(user_error, last=True)}", file=sys.stderr)
-        sys.exit(1)

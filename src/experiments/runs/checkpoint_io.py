@@ -13,11 +13,11 @@ import torch
 from lightning.pytorch.plugins.io import CheckpointIO
 
 from experiments.errors import UserError
-from experiments.io import atomic_write, safe_load
+from experiments.runs.files import atomic_write
+from experiments.runs.layout import PREVIOUS_SUFFIX
+from experiments.runs.weights import safe_load
 
 log = logging.getLogger(__name__)
-
-PREVIOUS_SUFFIX = ".prev"
 
 
 def _all_finite(obj: Any) -> bool:
@@ -59,7 +59,7 @@ class AtomicCheckpointIO(CheckpointIO):
 def load_full_checkpoint(
     path, map_location: Any = "cpu", require_state_dict: bool = True
 ) -> dict[str, Any]:
-    """Load a full checkpoint safely (``experiments.io.safe_load``), one-line errors."""
+    """Load a full checkpoint safely (``experiments.runs.weights.safe_load``), one-line errors."""
     path = Path(path)
     checkpoint = safe_load(path, map_location)
     if not isinstance(checkpoint, dict) or (require_state_dict and "state_dict" not in checkpoint):
@@ -85,16 +85,6 @@ def first_loadable(candidates: Iterable[Path]) -> tuple[Path, dict] | None:
 def newest_valid_checkpoint(folder: Path, name: str = "last.ckpt") -> tuple[Path, dict] | None:
     """The newest loadable of ``name`` and ``name.prev`` in ``folder``."""
     return first_loadable([folder / name, folder / (name + PREVIOUS_SUFFIX)])
-
-
-def newest_valid_hpc_checkpoint(run_dir: Path) -> tuple[Path, dict] | None:
-    """The newest loadable ``hpc_ckpt_N.ckpt`` (Lightning's SLURM SIGUSR1 checkpoint)."""
-
-    def number(path: Path) -> int:
-        suffix = path.stem.rsplit("_", 1)[-1]
-        return int(suffix) if suffix.isdigit() else -1
-
-    return first_loadable(sorted(run_dir.glob("hpc_ckpt_*.ckpt"), key=number, reverse=True))
 
 
 def remove_stale_temp_files(folder: Path) -> int:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from experiments.io import atomic_write, write_json
+from experiments.runs.files import atomic_write, write_json
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]  # the checkout the package runs from
 
 
 def _git(*args: str) -> str | None:
@@ -55,16 +55,11 @@ def environment(seed: Any, device: str, git: dict[str, Any] | None = None) -> di
     import lightning
     import torch
 
-    from experiments.precheck import SECRET_OVERRIDE
+    from experiments.config.secrets import redact_argv
 
     if git is None:
         git = start_git_probe()()
-    argv = [
-        a.split("=", 1)[0] + "=<redacted>"
-        if "=" in a and SECRET_OVERRIDE.search(a.split("=")[0])
-        else a
-        for a in sys.argv
-    ]
+    argv = redact_argv(sys.argv)
     return {
         "git_commit": git.get("git_commit"),
         "git_dirty": git.get("git_dirty"),

@@ -4,8 +4,6 @@ so a mistake costs a second and one line, not a traceback after a slow start."""
 from __future__ import annotations
 
 import numbers
-import re
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -90,19 +88,3 @@ def _select(cfg: DictConfig, key: str):
         return OmegaConf.select(cfg, key, throw_on_missing=False)
     except Exception as err:  # an interpolation that cannot resolve
         raise UserError(f"{key}: {err}") from None
-
-
-SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|passw(or)?d|credential)", re.IGNORECASE)
-REDACTED = "<redacted>"
-
-
-def redact(obj: Any) -> Any:
-    """A copy of a plain container with the values of secret-looking keys replaced."""
-    if isinstance(obj, dict):
-        return {
-            k: REDACTED if SECRET_KEY.search(str(k)) and v is not None else redact(v)
-            for k, v in obj.items()
-        }
-    if isinstance(obj, list | tuple):
-        return type(obj)(redact(v) for v in obj)
-    return obj

@@ -26,6 +26,13 @@ def has_wandb_key() -> bool:
         return False
 
 
+def drop_empty_wandb_env() -> None:
+    """``WANDB_MODE=`` (set but empty, common in CI templates) counts as unset: wandb itself
+    would refuse the empty value with a validation traceback."""
+    for name in [k for k, v in os.environ.items() if k.startswith("WANDB_") and not v.strip()]:
+        del os.environ[name]
+
+
 def resolve_mode(mode: str) -> str:
     """``auto`` -> ``WANDB_MODE`` if set, else online with a key, else offline (with a notice)."""
     if mode not in MODES:
@@ -68,6 +75,7 @@ def wandb_logger(
         log_checkpoints: upload ``best.pt``/``last.pt`` as a model artifact at the end.
         run_id: continue this W&B run (set by ``resume=``).
     """
+    drop_empty_wandb_env()
     import wandb
     from lightning.pytorch.loggers import WandbLogger
 

@@ -1,0 +1,102 @@
+"""Objects from config, in the order ``train()`` needs them. Hydra's ``instantiate`` does
+the building; this module only knows what each object must be handed."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+def datamodule_and_model(cfg: DictConfig):
+    """The data (set up: the model learns its shape and class count from it) and the model."""
+    from hydra.utils import instantiate
+
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    net = instantiate(
+        cfg.model.net, in_shape=datamodule.input_shape, num_classes=datamodule.num_classes
+    )
+    model = instantiate(
+        cfg.model,
+        net=net,
+        optimizer=instantiate(cfg.optimizer),
+        scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        num_classes=datamodule.num_classes,
+    )
+    return datamodule, model
+
+
+def callbacks(cfg: DictConfig, with_logger: bool) -> list:
+    """Every configured callback, except those switched off (``enabled: false``).
+
+    A callback switched off is not built at all: Lightning calls every hook of every
+    callback on every step. The LR monitor needs a logger, so it is left out without one.
+    """
+    from hydra.utils import instantiate
+
+    built = [
+        instantiate(c)
+        for c in (cfg.get("callbacks") or {}).values()
+        if c and c.get("enabled", True) is not False
+    ]
+    if not with_logger:
+        from lightning.pytorch.callbacks import LearningRateMonitor
+
+        if any(isinstance(c, LearningRateMonitor) for c in built):
+            log.info("no logger configured: leaving out the LR monitor, which needs one")
+            built = [c for c in built if not isinstance(c, LearningRateMonitor)]
+    return built
+
+
+def loggers(cfg: DictConfig, run_dir: Path, resuming: bool) -> list:
+    """Every configured logger; a resumed run continues its W&B run."""
+    from hydra.utils import instantiate
+
+    from experiments.tracking import previous_wandb_id
+
+    wandb_id = previous_wandb_id(run_dir) if resuming else None
+    return [
+        instantiate(c, **({"run_id": wandb_id} if "wandb" in str(c.get("_target_")) else {}))
+        for c in (cfg.get("logger") or {}).values()
+        if c
+    ]
+
+
+def trainer(cfg: DictConfig, callbacks: list, loggers: list):
+    """Lightning's Trainer with atomic, weights-only-loadable full checkpoints."""
+    from hydra.utils import instantiate
+
+    from experiments.runs.checkpoint_io import AtomicCheckpointIO
+
+    return instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
+    )
+
+
+def single_device_tester(cfg: DictConfig, trainer, loggers: list):
+    """The trainer to test with: under DDP the test split would be sharded and padded with
+    repeated samples, so one device scores every test image exactly once."""
+    if trainer.world_size <= 1:
+        return trainer
+    import lightning as L
+
+    return L.Trainer(
+        accelerator=trainer.accelerator,
+        devices=1,
+        num_nodes=1,
+        logger=loggers or False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        callbacks=[],
+        precision=cfg.trainer.get("precision", "32-true"),
+    )
+
+
+def plain(cfg: DictConfig) -> dict:
+    """The config as plain containers, interpolations unresolved (for ``_target_`` checks)."""
+    return OmegaConf.to_container(cfg, resolve=False)

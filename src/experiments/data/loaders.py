@@ -1,0 +1,54 @@
+"""The train DataLoader whose position in the epoch is state that Lightning checkpoints."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+log = logging.getLogger(__name__)
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader with ``state_dict`` / ``load_state_dict``: Lightning saves the state of
+    such a train loader in every checkpoint and hands it back on resume before the first
+    batch is drawn, so a run resumed mid-epoch skips exactly the batches already trained on.
+
+    The order itself is the sampler's (``EpochShuffleSampler``: a function of seed and
+    epoch), so skipping the first ``batches * batch_size`` indices of that epoch's order
+    reproduces the uninterrupted run's batches.
+
+    Args:
+        position: returns ``(epoch, batches of it already trained on)``; the loader cannot
+            count them itself, as Lightning draws a batch ahead of the one it trains on.
+        *args, **kwargs: as for ``DataLoader``.
+    """
+
+    def __init__(
+        self, *args: Any, position: Callable[[], tuple[int, int]] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.position = position
+
+    def state_dict(self) -> dict[str, int]:
+        epoch, batches = self.position() if self.position is not None else (0, 0)
+        return {"epoch": int(epoch), "batches": int(batches)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        epoch, batches = int(state.get("epoch", 0)), int(state.get("batches", 0))
+        if not batches:  # saved at an epoch's end: the next epoch starts from its first batch
+            return
+        if not hasattr(self.sampler, "skip"):
+            # under DDP Lightning wraps the sampler to shard it: exact at epoch boundaries only
+            log.warning(
+                "resuming mid-epoch under DDP: epoch %d is re-shuffled from its start "
+                "(%d batches were already done)",
+                epoch,
+                batches,
+            )
+            return
+        self.sampler.set_epoch(epoch)
+        self.sampler.skip(batches * int(self.batch_size))
+        log.info("resuming mid-epoch: epoch %d from batch %d", epoch, batches)

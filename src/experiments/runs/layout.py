@@ -1,0 +1,76 @@
+"""Where everything of one run lives, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+PREVIOUS_SUFFIX = ".prev"  # the full checkpoint before the newest one (see checkpoint_io)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run folder as ``python -m experiments.train`` makes it::
+
+    <run>/.hydra/{config,overrides}.yaml   the composed config and the command's overrides
+    <run>/checkpoints/last.ckpt[.prev]      full checkpoints (weights, optimizer, loops, RNG)
+    <run>/checkpoints/{best,last}.pt[.json] weights-only state_dicts + sidecars
+    <run>/hpc_ckpt_N.ckpt                   Lightning's SLURM pre-emption checkpoints
+    <run>/metrics.json                      written when the run finished
+    <run>/env.json                          provenance (git, versions, host, SLURM job)
+    <run>/.lock                             held by the process training in it
+    """
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def last_ckpt(self) -> Path:
+        return self.checkpoints / "last.ckpt"
+
+    @property
+    def best_pt(self) -> Path:
+        return self.checkpoints / "best.pt"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.json"
+
+    @property
+    def env(self) -> Path:
+        return self.path / "env.json"
+
+    @property
+    def saved_config(self) -> Path:
+        return self.path / ".hydra" / "config.yaml"
+
+    @property
+    def saved_overrides(self) -> Path:
+        return self.path / ".hydra" / "overrides.yaml"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / ".lock"
+
+    @property
+    def finished(self) -> bool:
+        return self.metrics.is_file()
+
+    def hpc_checkpoints(self) -> list[Path]:
+        """Lightning's ``hpc_ckpt_N.ckpt`` files, newest (highest N) first."""
+
+        def number(path: Path) -> int:
+            suffix = path.stem.rsplit("_", 1)[-1]
+            return int(suffix) if suffix.isdigit() else -1
+
+        return sorted(self.path.glob("hpc_ckpt_*.ckpt"), key=number, reverse=True)
+
+    def has_checkpoint(self) -> bool:
+        """A full checkpoint to continue from exists (``last.ckpt``, its ``.prev``, or hpc)."""
+        return any(self.checkpoints.glob("last.ckpt*")) or bool(self.hpc_checkpoints())

@@ -1,0 +1,204 @@
+"""A Hydra callback that keeps ``<sweep_dir>/summary.csv`` / ``summary.md`` (+ a plot for
+one-parameter sweeps) up to date as the jobs of a multirun finish, failed ones included."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from experiments.runs.files import atomic_write, write_json
+
+log = logging.getLogger(__name__)
+
+JOB_FILE = "job.json"
+TEST_KEYS = ("test/acc", "test/loss")
+
+
+class SweepSummary(Callback):
+    """Write one row per job: overrides, the optimized metric, test metrics, time, status.
+
+    Each job writes its own ``job.json`` when it ends (in whatever process or machine a
+    launcher ran it), then the summary is rebuilt from every ``job.json`` of the sweep
+    under a file lock, so parallel and remote jobs never lose a row and a sweep that
+    stops on a failure still leaves a complete summary of what ran.
+    """
+
+    def __init__(self) -> None:
+        self._start: float | None = None
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._start = time.time()
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        hydra_cfg = HydraConfig.get()
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            return
+        job_dir = Path(hydra_cfg.runtime.output_dir)  # working_dir is the cwd unless chdir
+        failed = job_return.status != JobStatus.COMPLETED
+        error = _one_line(job_return._return_value) if failed else None
+        value = None if failed else job_return._return_value
+        write_json(
+            job_dir / JOB_FILE,
+            {
+                "num": hydra_cfg.job.num,
+                "overrides": list(job_return.overrides or []),
+                "status": "failed" if failed else "ok",
+                "error": error,
+                "value": value if isinstance(value, int | float) else None,
+                "wall_time_s": round(time.time() - self._start, 2) if self._start else None,
+            },
+        )
+        write_summary(
+            Path(hydra_cfg.sweep.dir),
+            str(config.get("optimized_metric", "")),
+            str(config.get("optimized_mode", "max")),
+        )
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        rows = write_summary(
+            sweep_dir,
+            str(config.get("optimized_metric", "")),
+            str(config.get("optimized_mode", "max")),
+        )
+        if rows:
+            log.info(
+                "sweep summary (%d jobs): %s\n%s",
+                len(rows),
+                sweep_dir / "summary.md",
+                (sweep_dir / "summary.md").read_text(),
+            )
+
+
+def _one_line(err: Any) -> str:
+    if isinstance(err, BaseException):
+        from experiments.errors import find_user_error, one_line
+
+        err = find_user_error(err) or err
+        return f"{type(err).__name__}: {one_line(err, last=True)}"[:300]
+    return str(err)[:300]
+
+
+def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
+    """One dict per job folder of ``sweep_dir`` that has a ``job.json``."""
+    rows = []
+    for job_file in sorted(sweep_dir.glob(f"*/{JOB_FILE}")):
+        job = json.loads(job_file.read_text())
+        metrics_file = job_file.parent / "metrics.json"
+        metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+        value = metrics.get(metric, job.get("value"))
+        row = {
+            "job": job["num"],
+            "overrides": " ".join(job["overrides"]),
+            metric: value,
+            **{k: metrics.get(k) for k in TEST_KEYS},
+            "wall_time_s": job.get("wall_time_s"),
+            "status": job["status"],
+            "error": job.get("error") or "",
+            "dir": job_file.parent.name,
+        }
+        rows.append(row)
+    return rows
+
+
+def _sort_key(metric: str, mode: str):
+    def key(row):
+        value = row.get(metric)
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            return (1, 0.0)  # failed / missing last
+        return (0, -value if mode == "max" else value)
+
+    return key
+
+
+def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[str, Any]]:
+    """Rebuild summary.csv, summary.md and (one swept parameter) summary.png; return rows."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with open(sweep_dir / ".summary.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel jobs: one rebuild at a time
+        rows = sorted(collect(sweep_dir, metric), key=_sort_key(metric, mode))
+        if not rows:
+            return rows
+        fields = list(rows[0])
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write(sweep_dir / "summary.csv", lambda f: f.write(buf.getvalue().encode()))
+        md = _markdown(rows, fields, metric, mode)
+        atomic_write(sweep_dir / "summary.md", lambda f: f.write(md.encode()))
+        swept = _swept_parameter(rows)
+        if swept:
+            _plot(rows, swept, metric, sweep_dir / "summary.png")
+    return rows
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return "" if value is None else str(value).replace("|", "\\|")
+
+
+def _markdown(rows, fields, metric, mode) -> str:
+    ok = sum(r["status"] == "ok" for r in rows)
+    head = (
+        f"# Sweep summary\n\n{len(rows)} jobs, {ok} ok, {len(rows) - ok} failed; "
+        f"sorted by {metric} ({mode}).\n\n"
+    )
+    shown = [f for f in fields if f != "dir"]
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(_fmt(r[f]) for f in shown) + " |" for r in rows]
+    return head + "\n".join(lines) + "\n"
+
+
+def _swept_parameter(rows) -> str | None:
+    """The one override key whose value differs between jobs, if there is exactly one."""
+    values: dict[str, set[str]] = {}
+    for row in rows:
+        for item in row["overrides"].split():
+            key, _, value = item.partition("=")
+            values.setdefault(key, set()).add(value)
+    varying = [k for k, v in values.items() if len(v) > 1]
+    return varying[0] if len(varying) == 1 else None
+
+
+def _plot(rows, key: str, metric: str, path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    points = []
+    for row in rows:
+        value = row.get(metric)
+        if not isinstance(value, int | float):
+            continue
+        setting = dict(i.partition("=")[::2] for i in row["overrides"].split())[key]
+        points.append((setting, value))
+    if not points:
+        return
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    try:
+        numeric = sorted((float(s), v) for s, v in points)
+        ax.plot(*zip(*numeric, strict=True), marker="o")
+        xs = [x for x, _ in numeric]
+        if min(xs) > 0 and max(xs) / min(xs) >= 20:
+            ax.set_xscale("log")
+    except ValueError:  # categorical values
+        ax.bar([s for s, _ in points], [v for _, v in points])
+    ax.set_xlabel(key)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} by {key}")
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
