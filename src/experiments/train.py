@@ -91,6 +91,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
     from experiments.callbacks import FaultTolerance, StateDictCheckpoint
     from experiments.callbacks.fault_tolerance import RunInterrupted
     from experiments.config.secrets import redact
+    from experiments.runs.layout import RunDir
     from experiments.tracking import finish_loggers
 
     guard = next((c for c in callbacks if isinstance(c, FaultTolerance)), None)
@@ -100,6 +101,11 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
             logger.log_hyperparams(redact(OmegaConf.to_container(cfg, resolve=True)))
         try:
             trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
+            if trainer.is_global_zero:
+                # a SLURM pre-emption's hpc_ckpt_N.ckpt is stale once fit is done, and under
+                # SLURM Lightning's test() would restore it over best.pt's weights
+                for stale in RunDir(cfg.paths.output_dir).hpc_checkpoints():
+                    stale.unlink(missing_ok=True)
             metrics = _scalars(trainer.callback_metrics)
             if cfg.get("test"):
                 metrics.update(_test(cfg, trainer, model, datamodule, checkpoints, loggers))
@@ -126,7 +132,7 @@ def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, fl
         log.info(
             "testing best.pt (epoch %d, %s=%.4f)", best["epoch"] + 1, best["monitor"], best["value"]
         )
-        load_state_dict_file(model.net, checkpoints.best_path, map_location=model.device)
+        load_state_dict_file(model.eval_net, checkpoints.best_path, map_location=model.device)
     tester = build.single_device_tester(cfg, trainer, loggers)
     metrics: dict[str, float] = {}
     if tester.is_global_zero or tester is trainer:

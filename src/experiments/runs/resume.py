@@ -98,8 +98,10 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
     if not run.has_checkpoint():
         raise UserError(f"resume={resume}: no checkpoint in {run.checkpoints}")
     from experiments.runs.lock import check_free
+    from experiments.utils import process_rank
 
-    check_free(run.path)  # before Hydra rewrites .hydra/ in a folder another process trains in
+    if process_rank() == 0:  # the other ranks of a DDP run share rank 0's lock
+        check_free(run.path)  # before Hydra rewrites .hydra/ in a folder another trains in
     before = [str(o) for o in OmegaConf.load(run.saved_overrides)]
     drop = ("resume=", "hydra.run.dir=")
     kept = [o for o in before if not o.startswith(drop)]
