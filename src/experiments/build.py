@@ -32,15 +32,15 @@ def datamodule_and_model(cfg: DictConfig):
 
 
 def callbacks(cfg: DictConfig, with_logger: bool) -> list:
-    """Every configured callback, except those switched off (``enabled: false``).
+    """Every configured callback, except those switched off (``enabled: false``, a key every
+    callback config may have and none is handed).
 
     A callback switched off is not built at all: Lightning calls every hook of every
     callback on every step. The LR monitor needs a logger, so it is left out without one.
     """
-    from hydra.utils import instantiate
 
     built = [
-        instantiate(c)
+        _without_switch(c)
         for c in (cfg.get("callbacks") or {}).values()
         if c and c.get("enabled", True) is not False
     ]
@@ -51,6 +51,15 @@ def callbacks(cfg: DictConfig, with_logger: bool) -> list:
             log.info("no logger configured: leaving out the LR monitor, which needs one")
             built = [c for c in built if not isinstance(c, LearningRateMonitor)]
     return built
+
+
+def _without_switch(node: DictConfig):
+    """Build a callback from its config minus ``enabled`` (the switch is ours, not its)."""
+    from hydra.utils import instantiate
+
+    plain = OmegaConf.to_container(node, resolve=True)
+    plain.pop("enabled", None)
+    return instantiate(plain)
 
 
 def loggers(cfg: DictConfig, run_dir: Path, resuming: bool) -> list:

@@ -85,6 +85,8 @@ def predict(
     batch_size = int(resolved(cfg, "data.batch_size") or 64)
     pre_size = resolved(cfg, "data.image_size")
     in_shape, class_names = _shape_and_classes(ckpt_path, cfg)
+    mean, std = resolved(cfg, "data.mean"), resolved(cfg, "data.std")
+    stats_file = resolved(cfg, "data.stats_file") if mean == "auto" else None
 
     # imported here: torch costs seconds, argument mistakes should not wait for it
     import torch
@@ -99,6 +101,10 @@ def predict(
     net = instantiate(net_cfg, in_shape=tuple(in_shape), num_classes=len(class_names))
     load_state_dict_file(net, ckpt_path)
     net.to(device).eval()
+    from experiments.data.stats import normalize, resolve_stats
+
+    # the statistics the run trained with (data_stats.json for `auto`), never recomputed
+    stats = resolve_stats(mean, std, stats_file, train_split=None)
 
     mode = {1: "L", 3: "RGB"}[in_shape[0]]
     # the size images had before the transform: data.image_size when the run set one,
@@ -109,6 +115,8 @@ def predict(
         for start in range(0, len(paths), batch_size):
             chunk = paths[start : start + batch_size]
             x = torch.stack([_load(p, mode, size, transform, in_shape) for p in chunk])
+            if stats is not None:
+                x = normalize(x, *stats)  # (B, C, H, W), as the DataModule does per batch
             probs = torch.softmax(net(x.to(device)).float(), dim=1)  # (B, num_classes)
             top_p, top_i = probs.max(dim=1)
             for name, p, i in zip(

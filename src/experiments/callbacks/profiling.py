@@ -74,7 +74,7 @@ class Profiling(L.Callback):
 
     def __init__(
         self,
-        enabled: bool = False,
+        enabled: bool = True,
         dirpath: str | None = None,
         epoch: int = 1,
         wait: int = 1,

@@ -76,7 +76,8 @@ class StateDictCheckpoint(L.Callback):
     def _save(self, trainer, pl_module, name: str, value: float | None) -> None:
         # every rank takes part (FSDP gathers the full weights collectively); rank 0 writes
         full = trainer.strategy.lightning_module_state_dict()
-        prefix = "net." if hasattr(pl_module, "net") else ""
+        # the module names the weights it validates and exports (an EMA of them, say)
+        prefix = getattr(pl_module, "export_prefix", "net." if hasattr(pl_module, "net") else "")
         weights = {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}
         if not trainer.is_global_zero:
             return

@@ -37,7 +37,7 @@ class TorchCompile(L.Callback):
 
     def __init__(
         self,
-        enabled: bool = False,
+        enabled: bool = True,
         mode: str | None = None,
         fullgraph: bool = False,
         dynamic: bool | None = None,

@@ -18,8 +18,8 @@ from typing import Any
 
 from experiments.errors import UserError
 
-# keys Hydra's instantiate reads itself
-HYDRA_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_"})
+# keys Hydra's instantiate reads itself, and our switch for callbacks (see build.callbacks)
+HYDRA_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_", "enabled"})
 
 
 def walk_targets(node: Any, key: str = ""):

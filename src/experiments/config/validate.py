@@ -22,6 +22,11 @@ NUMBERS = {
     "trainer.max_epochs": ("int", -1),
     "trainer.log_every_n_steps": ("int", 1),
     "trainer.accumulate_grad_batches": ("int", 1),
+    "scheduler.warmup_epochs": ("float", 0.0),
+    "model.ema_decay": ("float", 0.0),
+    "model.label_smoothing": ("float", 0.0),
+    "data.mixup_alpha": ("float", 0.0),
+    "data.cutmix_alpha": ("float", 0.0),
 }
 BOOLS = (
     "data.download",
@@ -35,6 +40,7 @@ CHOICES = {
     "trainer.accelerator": ("auto", "cpu", "gpu", "cuda", "mps", "tpu"),
     "optimized_mode": ("max", "min"),
     "logger.wandb.mode": ("auto", "online", "offline", "disabled"),
+    "data.split": ("stratified", "random"),
 }
 
 
@@ -61,10 +67,31 @@ def validate(cfg: DictConfig) -> None:
         value = _select(cfg, key)
         if value is not None and value not in choices:
             raise UserError(f"{key}={value!r} is not valid: expected one of {', '.join(choices)}")
+    _check_schedule_and_averaging(cfg)
     if cfg.get("optimized_metric") is not None and "/" not in str(cfg.optimized_metric):
         raise UserError(
             f"optimized_metric={cfg.optimized_metric!r} is not valid: expected stage/name, "
             "e.g. val/acc"
+        )
+
+
+def _check_schedule_and_averaging(cfg: DictConfig) -> None:
+    decay = _select(cfg, "model.ema_decay")
+    if decay is not None and (isinstance(decay, bool) or not 0 < float(decay) < 1):
+        raise UserError(
+            f"model.ema_decay={decay!r} is not valid: expected a number in (0, 1) "
+            "(e.g. 0.999) or null"
+        )
+    smoothing = _select(cfg, "model.label_smoothing")
+    if smoothing is not None and not 0 <= float(smoothing) < 1:
+        raise UserError(
+            f"model.label_smoothing={smoothing!r} is not valid: expected a number in [0, 1)"
+        )
+    warmup, epochs = _select(cfg, "scheduler.warmup_epochs"), _select(cfg, "trainer.max_epochs")
+    if warmup is not None and epochs is not None and epochs > 0 and not 0 <= warmup < epochs:
+        raise UserError(
+            f"scheduler.warmup_epochs={warmup} is not valid: the warmup must be shorter than the "
+            f"run (trainer.max_epochs={epochs})"
         )
 
 

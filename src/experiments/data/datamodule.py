@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from experiments.data import sources
-from experiments.data.datasets import CsvImageDataset, peek_image
 from experiments.data.loaders import ResumableLoader
 from experiments.data.samplers import EpochShuffleSampler
-from experiments.data.transforms import is_deterministic
+from experiments.data.splits import split_indices
+from experiments.data.stats import normalize, resolve_stats
+from experiments.data.transforms import batch_mixer, compose, is_deterministic
 from experiments.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class ImageDataModule(L.LightningDataModule):
         image_mode: ``L`` or ``RGB`` for CSV images; None detects it from the first image.
         image_size: ``[height, width]`` to resize CSV images to; None takes the first
             image's size (so a folder of mixed sizes still batches).
-        train_transform: applied to training samples (augmentations go here).
+        train_transform: applied to training samples (after ``augment``).
         eval_transform: applied to val/test samples.
         target_transform: applied to class indices of every split.
         val_fraction: share of the training set held out for validation.
@@ -56,6 +56,18 @@ class ImageDataModule(L.LightningDataModule):
             for every split (you vouch the transforms are deterministic), ``false`` never.
         cache_max_mb: memory bound of that cache per split (and per worker process);
             samples beyond it are decoded and transformed on every use.
+        split: ``stratified`` (each class split on its own, every class with enough
+            samples in every split) or ``random``; stratified needs ``.targets``.
+        augment: random augmentation applied to training samples only, before
+            ``train_transform`` (the ``augment=`` presets); None for none.
+        mean: per-channel means to normalize batches with (on the device, after
+            transfer), ``auto`` to compute them once from the training split, or None.
+        std: per-channel standard deviations, ``auto``, or None (as ``mean``).
+        stats_file: where ``auto`` statistics are recorded, and read back by resume,
+            eval and predict (the run dir's ``data_stats.json``).
+        mixup_alpha: > 0 mixes training batches (MixUp, Beta(alpha, alpha)).
+        cutmix_alpha: > 0 pastes patches across training batches (CutMix); with both,
+            each batch gets one of the two at random.
     """
 
     def __init__(
@@ -81,6 +93,13 @@ class ImageDataModule(L.LightningDataModule):
         cache: bool = False,
         cache_transformed: bool | str = "auto",
         cache_max_mb: float = 1024.0,
+        split: str = "random",
+        augment: Callable | None = None,
+        mean: Sequence[float] | str | None = None,
+        std: Sequence[float] | str | None = None,
+        stats_file: str | None = None,
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
     ) -> None:
         super().__init__()
         if isinstance(dataset, str) and dataset not in BUNDLED:
@@ -98,6 +117,10 @@ class ImageDataModule(L.LightningDataModule):
             )
         if float(cache_max_mb) < 0:
             raise UserError(f"data.cache_max_mb must be >= 0, got {cache_max_mb}")
+        if split not in ("stratified", "random"):
+            raise UserError(f"data.split={split!r} is not valid; use stratified or random")
+        if float(mixup_alpha) < 0 or float(cutmix_alpha) < 0:
+            raise UserError("data.mixup_alpha and data.cutmix_alpha must be >= 0 (0 turns off)")
         for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
             if not 0.0 <= float(value) < 1.0:
                 raise UserError(f"data.{key} must be in [0, 1), got {value}")
@@ -122,6 +145,12 @@ class ImageDataModule(L.LightningDataModule):
         self.cache = cache
         self.cache_transformed = cache_transformed
         self.cache_max_mb = float(cache_max_mb)
+        self.split = split
+        self.augment = augment
+        self.mean, self.std, self.stats_file = mean, std, stats_file
+        self.mixup_alpha, self.cutmix_alpha = float(mixup_alpha), float(cutmix_alpha)
+        self.stats: tuple[list[float], list[float]] | None = None
+        self._mix: Callable | None = None
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
@@ -140,25 +169,16 @@ class ImageDataModule(L.LightningDataModule):
             return sources.torchvision_sets(
                 self.dataset, self.root, self.download, transform, self.target_transform
             )
-        if self.dataset == "digits":
-            csv_file, image_dir = sources.digits_root(self.root)
-            mode, size = "L", self.image_size
-        else:
-            csv_file, image_dir = self.csv_file, self.image_dir
-            mode, size = self.image_mode, self.image_size
-            if mode is None or size is None:
-                probe = CsvImageDataset(csv_file, image_dir, check_files=False)
-                first_mode, first_size = peek_image(Path(image_dir) / probe.files[0])
-                mode, size = mode or first_mode, size or first_size
-        return sources.csv_sets(
-            csv_file,
-            image_dir,
-            self.test_csv_file,
-            mode,
-            size,
-            self.cache,
-            transform,
-            self.target_transform,
+        folder = (None, None) if self.dataset == "digits" else (self.csv_file, self.image_dir)
+        return sources.image_folder_sets(
+            *folder,
+            root=self.root,
+            test_csv_file=self.test_csv_file,
+            image_mode=self.image_mode,
+            image_size=self.image_size,
+            cache=self.cache,
+            transform=transform,
+            target_transform=self.target_transform,
             cache_samples=self._cache_samples(transform),
             cache_max_mb=self.cache_max_mb,
         )
@@ -171,22 +191,27 @@ class ImageDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:  # train.py sets up early to hand shapes to the model
             return
-        full_train, own_test = self._build(self.train_transform)
+        train_transform = self.train_transform
+        if self.augment is not None:  # random augmentation of training samples only
+            train_transform = compose(self.augment, self.train_transform)
+        full_train, own_test = self._build(train_transform)
         full_eval, own_test_eval = self._build(self.eval_transform)
-        n = len(full_train)
-        n_test = 0 if own_test is not None else round(n * self.test_fraction)
-        n_val = round(n * self.val_fraction)
-        if n - n_val - n_test < 1 or n_val < 1:
-            raise UserError(
-                f"{n} samples are too few for data.val_fraction={self.val_fraction} and "
-                f"data.test_fraction={self.test_fraction}"
-            )
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
-        order = order.tolist()
-        test_idx, val_idx = order[:n_test], order[n_test : n_test + n_val]
-        self.train_set = Subset(full_train, order[n_test + n_val :])
+        targets = getattr(full_train, "targets", None)
+        if self.split == "stratified" and targets is None:
+            log.info("data.split=stratified: the dataset has no .targets; splitting at random")
+        train_idx, val_idx, test_idx = split_indices(
+            len(full_train),
+            self.val_fraction,
+            0.0 if own_test is not None else self.test_fraction,
+            self.split_seed,
+            targets=targets if self.split == "stratified" else None,
+        )
+        self.train_set = Subset(full_train, train_idx)
         self.val_set = Subset(full_eval, val_idx)
         self.test_set = own_test_eval if own_test_eval is not None else Subset(full_eval, test_idx)
+        self.stats = resolve_stats(
+            self.mean, self.std, self.stats_file, Subset(full_eval, train_idx)
+        )
         classes = getattr(full_train, "classes", None)
         if classes is None:
             targets = getattr(full_train, "targets", None)
@@ -203,6 +228,17 @@ class ImageDataModule(L.LightningDataModule):
             self.num_classes,
             self.input_shape,
         )
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        x, y = batch  # (B, C, H, W), (B,) on the model's device
+        if self.stats is not None:
+            x = normalize(x, *self.stats)
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None and trainer.training and (self.mixup_alpha or self.cutmix_alpha):
+            if self._mix is None:
+                self._mix = batch_mixer(self.mixup_alpha, self.cutmix_alpha, self.num_classes)
+            x, y = self._mix(x, y)  # y: (B, num_classes) soft targets
+        return x, y
 
     @property
     def num_classes(self) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 
-from experiments.data.datasets import CsvImageDataset, export_digits
+from experiments.data.datasets import CsvImageDataset, export_digits, peek_image
 from experiments.errors import UserError
 
 TORCHVISION = {"mnist": tvd.MNIST, "fashion_mnist": tvd.FashionMNIST, "cifar10": tvd.CIFAR10}
@@ -57,6 +57,42 @@ def torchvision_sets(
             f"{name} not found: looked in {folder}. Set data.download=true to fetch it "
             f"(needs network), or copy the files there, or point data.root at them"
         ) from None
+
+
+def image_folder_sets(
+    csv_file: str | None,
+    image_dir: str | None,
+    root: str,
+    test_csv_file: str | None,
+    image_mode: str | None,
+    image_size: tuple[int, int] | None,
+    cache: bool,
+    transform: Callable | None,
+    target_transform: Callable | None,
+    cache_samples: bool,
+    cache_max_mb: float,
+) -> tuple[Dataset, Dataset | None]:
+    """A CSV-indexed folder (``csv_file`` + ``image_dir``), or the bundled digits exported
+    under ``root`` when both are None. Mode and size default to the first image's."""
+    if csv_file is None:
+        csv_file, image_dir = digits_root(root)
+        image_mode = "L"
+    elif image_mode is None or image_size is None:
+        probe = CsvImageDataset(csv_file, image_dir, check_files=False)
+        first_mode, first_size = peek_image(Path(image_dir) / probe.files[0])
+        image_mode, image_size = image_mode or first_mode, image_size or first_size
+    return csv_sets(
+        csv_file,
+        image_dir,
+        test_csv_file,
+        image_mode,
+        image_size,
+        cache,
+        transform,
+        target_transform,
+        cache_samples=cache_samples,
+        cache_max_mb=cache_max_mb,
+    )
 
 
 def csv_sets(

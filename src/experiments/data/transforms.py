@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -58,3 +60,46 @@ def is_deterministic(transform) -> bool:
     if cls.__name__ == "Compose" and cls.__module__.startswith("torchvision.transforms"):
         return all(is_deterministic(t) for t in transform.transforms)
     return cls.__module__.startswith("torchvision.transforms") and cls.__name__ in DETERMINISTIC
+
+
+def compose(*transforms: Callable | None) -> Callable:
+    """One transform of the given ones in order (None skipped)."""
+    from torchvision.transforms import v2
+
+    return v2.Compose([t for t in transforms if t is not None])
+
+
+def batch_mixer(mixup_alpha: float, cutmix_alpha: float, num_classes: int) -> Callable:
+    """MixUp and/or CutMix of a whole batch (torchvision's), one of them per batch."""
+    from torchvision.transforms import v2
+
+    mixers = []
+    if mixup_alpha > 0:
+        mixers.append(v2.MixUp(alpha=mixup_alpha, num_classes=num_classes))
+    if cutmix_alpha > 0:
+        mixers.append(v2.CutMix(alpha=cutmix_alpha, num_classes=num_classes))
+    return mixers[0] if len(mixers) == 1 else v2.RandomChoice(mixers)
+
+
+class RandomShift:
+    """Pad by ``padding`` pixels on every side, then crop back to the input's own size at a
+    random place: the CIFAR-style "crop with padding", for any image size (PIL or tensor).
+
+    Args:
+        padding: pixels added on each side (the largest shift).
+        padding_mode: ``constant`` (zeros), ``reflect``, ``edge`` or ``symmetric``.
+    """
+
+    def __init__(self, padding: int = 4, padding_mode: str = "constant") -> None:
+        self.padding = padding
+        self.padding_mode = padding_mode
+
+    def __call__(self, image):
+        from torchvision.transforms import v2
+
+        height, width = v2.functional.get_size(image)
+        crop = v2.RandomCrop((height, width), padding=self.padding, padding_mode=self.padding_mode)
+        return crop(image)
+
+    def __repr__(self) -> str:
+        return f"RandomShift(padding={self.padding}, padding_mode={self.padding_mode!r})"

@@ -1,0 +1,66 @@
+"""Learning-rate schedules defined over the whole run. Each takes ``total_steps`` (and
+``total_epochs``), which the LightningModule fills in from the trainer, and is stepped
+after every optimizer step."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR, OneCycleLR
+
+log = logging.getLogger(__name__)
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    total_epochs: int,
+    warmup_epochs: float = 1.0,
+    min_lr_ratio: float = 0.0,
+) -> LambdaLR:
+    """Linear warmup from 0 to the optimizer's lr over ``warmup_epochs``, then a cosine
+    decay to ``min_lr_ratio`` x lr at the last step."""
+    warmup = round(total_steps * _warmup_share(warmup_epochs, total_epochs))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)
+
+
+def one_cycle(
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    total_epochs: int,
+    warmup_epochs: float = 0.3,
+    div_factor: float = 25.0,
+    final_div_factor: float = 1e4,
+) -> OneCycleLR:
+    """torch's one-cycle schedule peaking at the optimizer's lr after ``warmup_epochs``."""
+    return OneCycleLR(
+        optimizer,
+        max_lr=[group["lr"] for group in optimizer.param_groups],
+        total_steps=total_steps,
+        pct_start=max(_warmup_share(warmup_epochs, total_epochs), 1e-3),
+        div_factor=div_factor,
+        final_div_factor=final_div_factor,
+    )
+
+
+def _warmup_share(warmup_epochs: float, total_epochs: int) -> float:
+    """The warmup's share of the run. The config check refuses a warmup as long as the run
+    before training; a run cut shorter by the trainer (fast_dev_run, limits) gets half."""
+    share = warmup_epochs / max(total_epochs, 1)
+    if not 0 <= share < 1:
+        log.warning(
+            "warmup of %s epochs in a %d-epoch run: warming up over half of it",
+            warmup_epochs,
+            total_epochs,
+        )
+        share = 0.5
+    return share
