@@ -419,3 +419,59 @@ def test_ddp_across_two_slurm_tasks_makes_one_run(
     metrics = json.loads((runs[0] / "metrics.json").read_text())
     want = json.loads((reference.run_dir() / "metrics.json").read_text())
     assert metrics["test/acc"] == pytest.approx(want["test/acc"], abs=0.05), (metrics, want)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["hydra/launcher=submitit_slurm", "hydra.launcher.partition=nope"], "partition='nope'"),
+        (["hydra/launcher=submitit_slurm", "hydra.launcher.cpus_per_task=999"], "cpus_per_task"),
+        (["hydra/launcher=submitit_slurm", "hydra.launcher.mem_gb=100000"], "mem_gb"),
+        (["hydra/launcher=slurm"], "cpus_per_task"),  # the preset's 8 CPUs, 1 GPU: too big here
+        (["hydra/launcher=submitit_slurm", "NO_SBATCH"], "sbatch is not on PATH"),
+    ],
+)
+def test_a_sweep_the_cluster_cannot_run_is_refused_in_one_line_and_nothing_queued(
+    slurm_cluster,  # noqa: F811
+    tmp_path,
+    overrides,
+    named,
+):
+    env = _env(slurm_cluster)
+    if "NO_SBATCH" in overrides:
+        overrides = [o for o in overrides if o != "NO_SBATCH"]
+        env["PATH"] = str(tmp_path)  # python is started by its full path
+    before = slurm_cluster.cmd("squeue", "-h", "-o", "%i")
+    res = subprocess.run(
+        [sys.executable, "-m", "experiments.train", "-m", *overrides, "optimizer.lr=0.1,0.2"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and named in lines[0], res.stderr
+    assert slurm_cluster.cmd("squeue", "-h", "-o", "%i") == before  # nothing submitted
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_ntasks_without_ntasks_per_node_is_one_line_per_rank(
+    slurm_cluster,  # noqa: F811
+    tmp_path,
+    data_dir,
+):
+    output = tmp_path / "ntasks.out"
+    train = _train(data_dir, tmp_path / "outputs", "trainer=ddp", "trainer.accelerator=cpu")
+    job_id = slurm_cluster.sbatch(
+        "--ntasks=2",
+        "--cpus-per-task=1",
+        "--job-name=layout",
+        f"--output={output}",
+        f"--chdir={tmp_path}",
+        "--wrap",
+        f"srun {shlex.join(train)}",
+        env=_env(slurm_cluster),
+    )
+    job = slurm_cluster.wait_job(job_id, timeout=120, files=[output])
+    text = output.read_text(errors="replace")
+    assert job["JobState"] == "FAILED", slurm_cluster.describe(job_id)
+    errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 2 and all("--ntasks-per-node=2" in e for e in errors), text
+    assert "Traceback" not in text and not (tmp_path / "outputs").exists()

@@ -11,6 +11,7 @@ import re
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.config.secrets import is_secret_key
+from experiments.config.slurm import check_slurm_launcher, check_task_layout
 from experiments.config.targets import check_targets
 from experiments.config.validate import validate
 from experiments.errors import UserError, one_line
@@ -95,16 +96,22 @@ def precheck(argv: list[str], conf_dir: str, config_name: str = "train") -> list
         cfg = compose_or_fail(conf_dir, config_name, overrides)
     validate(cfg)
     check_targets(OmegaConf.to_container(cfg, resolve=False))
+    check_task_layout()
+    if multirun and any(o.startswith(("hydra/launcher=", "hydra.launcher.")) for o in probe):
+        # the launcher's settings live in the hydra section, composed only on request
+        check_slurm_launcher(compose_or_fail(conf_dir, config_name, probe, with_hydra=True))
     return argv
 
 
-def compose_or_fail(conf_dir: str, config_name: str, overrides: list[str]) -> DictConfig:
+def compose_or_fail(
+    conf_dir: str, config_name: str, overrides: list[str], with_hydra: bool = False
+) -> DictConfig:
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
     try:
         with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-            return compose(config_name, overrides=overrides)
+            return compose(config_name, overrides=overrides, return_hydra_config=with_hydra)
     except HydraException as err:
         raise UserError(_hydra_message(err)) from None
     except Exception as err:  # omegaconf errors during composition
