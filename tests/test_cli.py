@@ -67,3 +67,22 @@ def test_a_data_error_inside_training_is_one_line(tmp_path, data_dir):
     assert lines[-1].startswith("error: CSV file not found") and "missing.csv" in lines[-1]
     assert "Traceback" not in res.stderr + res.stdout
     assert not list(tmp_path.rglob("metrics.json"))
+
+
+def test_help_lists_every_group_and_option_without_composing_or_importing_torch(tmp_path):
+    from experiments.config import CONF_DIR
+
+    code = (
+        "import sys, runpy\nsys.argv = ['train', '--help']\ntry:\n"
+        "    runpy.run_module('experiments.train', run_name='__main__')\n"
+        "except SystemExit as e:\n    print('exit', e.code, 'torch' in sys.modules)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert res.stdout.strip().endswith("exit 0 False"), res.stdout + res.stderr
+    for path in CONF_DIR.rglob("*.yaml"):
+        group = str(path.parent.relative_to(CONF_DIR))
+        if group in (".", "paths"):
+            continue
+        row = next(ln for ln in res.stdout.splitlines() if ln.split()[:1] == [group])
+        assert path.stem in row, (group, path.stem)
+    assert "--hydra-help" in res.stdout

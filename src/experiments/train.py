@@ -215,6 +215,11 @@ def cli() -> None:
     """Check the command line before Hydra starts (fast, one line), then run ``main``."""
     from experiments.config.precheck import precheck
 
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        from experiments.config.help import help_text
+
+        print(help_text(CONF_DIR))
+        sys.exit(0)
     try:
         argv = precheck(sys.argv[1:], str(CONF_DIR))
     except UserError as err:
