@@ -29,11 +29,13 @@ $(STAMP): pyproject.toml
 train: install
 	$(PY) -m experiments.train $(ARGS)
 
+# two workers: most tests wait on subprocess start-up and Python-bound loops, not both cores;
+# one file per worker at a time, so the SLURM tests (one cluster, one set of ports) share one
 test: install
-	$(PY) -m pytest -q --durations=15 $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(ARGS)
 
 test-fast: install
-	$(PY) -m pytest -q -m "not slow" $(ARGS)
+	$(PY) -m pytest -q -n 2 -m "not slow" $(ARGS)
 
 bench: install
 	$(PY) -m benchmarks.run $(ARGS)

@@ -26,6 +26,8 @@ import torch
 from tests.conftest import REPO
 from tests.slurm_cluster import FINAL_STATES, SlurmCluster, slurm_cluster  # noqa: F401
 
+# (make test runs pytest-xdist with --dist loadfile: one worker runs this whole file, so the
+# session's one cluster, on ports 6817/6818, is started once)
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 # The pre-emption and DDP runs: small enough to take seconds, long enough (6 epochs of
