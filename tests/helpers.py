@@ -136,3 +136,21 @@ class SignalAt(Callback):
             import os
 
             os.kill(os.getpid(), self.signum)
+
+
+class Untargeted(Dataset):
+    """Samples and ``.classes`` but no ``.targets``: labels known only by reading samples."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.inner = RandomImages(n, (1, 8, 8), 4, 0.0, seed)
+        self.classes = ["a", "b", "c", "d"]
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i: int):
+        return self.inner[i]
+
+
+def untargeted_sets(transform=None, target_transform=None, n: int = 200):
+    return Untargeted(n, 0), Untargeted(n // 4, 1)

@@ -63,7 +63,7 @@ def test_a_data_error_inside_training_is_one_line(tmp_path, data_dir):
         cwd=tmp_path,
     )
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert res.returncode == 1
+    assert res.returncode == 2  # found before training
     assert lines[-1].startswith("error: CSV file not found") and "missing.csv" in lines[-1]
     assert "Traceback" not in res.stderr + res.stdout
     assert not list(tmp_path.rglob("metrics.json"))
@@ -81,7 +81,7 @@ def test_help_lists_every_group_and_option_without_composing_or_importing_torch(
     assert res.stdout.strip().endswith("exit 0 False"), res.stdout + res.stderr
     for path in CONF_DIR.rglob("*.yaml"):
         group = str(path.parent.relative_to(CONF_DIR))
-        if group in (".", "paths"):
+        if group in (".", "paths") or path.stem.startswith("_"):  # _x.yaml: a shared fragment
             continue
         row = next(ln for ln in res.stdout.splitlines() if ln.split()[:1] == [group])
         assert path.stem in row, (group, path.stem)

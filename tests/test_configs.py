@@ -23,7 +23,8 @@ def discover() -> list[tuple[str, str]]:
     found = []
     for path in sorted(root.rglob("*.yaml")):
         rel = path.relative_to(root)
-        if len(rel.parts) > 1:  # group/option.yaml (nested groups too)
+        # group/option.yaml (nested groups too); _name.yaml is a fragment options include
+        if len(rel.parts) > 1 and not rel.stem.startswith("_"):
             found.append(("/".join(rel.parts[:-1]), rel.stem))
     return found
 

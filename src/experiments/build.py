@@ -21,14 +21,37 @@ def datamodule_and_model(cfg: DictConfig):
     net = instantiate(
         cfg.model.net, in_shape=datamodule.input_shape, num_classes=datamodule.num_classes
     )
+    if getattr(net, "pretrained_norm", None) is not None:
+        datamodule.use_weights_stats(*net.pretrained_norm)
+    extra = {}
+    if cfg.model.get("class_weights") == "auto":
+        extra["class_weights"] = _inverse_frequency_weights(datamodule)
     model = instantiate(
         cfg.model,
         net=net,
         optimizer=instantiate(cfg.optimizer),
         scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         num_classes=datamodule.num_classes,
+        **extra,
     )
+    if cfg.model.get("init_from"):
+        model.initialize_from(cfg.model.init_from)
     return datamodule, model
+
+
+def _inverse_frequency_weights(datamodule) -> list[float]:
+    from experiments.errors import UserError
+    from experiments.models.losses import inverse_frequency
+
+    targets = datamodule.train_targets()
+    if targets is None:
+        raise UserError(
+            "model.class_weights=auto needs the training labels, and this dataset has no "
+            ".targets; give model.class_weights=[w0, w1, ...] instead"
+        )
+    weights = inverse_frequency(targets, datamodule.num_classes)
+    log.info("model.class_weights=auto (inverse class frequency of the train split): %s", weights)
+    return weights
 
 
 def callbacks(cfg: DictConfig, with_logger: bool) -> list:

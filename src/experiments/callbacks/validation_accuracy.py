@@ -9,7 +9,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from torchmetrics.classification import MulticlassConfusionMatrix
 
 log = logging.getLogger(__name__)
 
@@ -17,9 +16,9 @@ log = logging.getLogger(__name__)
 class ValidationAccuracy(L.Callback):
     """Track validation accuracy from the argmax of the logits the module returns.
 
-    Each validation epoch (the loop runs in eval mode without gradients) it updates a
-    torchmetrics confusion matrix from ``validation_step``'s ``{"logits", "labels"}``
-    output, and logs ``val/acc_best`` and ``val/acc_class/<name>`` to every logger.
+    Each validation epoch it reads the confusion matrix the module keeps on the device
+    (``ClassificationModule.val_stats``; no work of its own per step) and logs
+    ``val/acc_best`` and ``val/acc_class/<name>`` to every logger.
     At the end of fit it writes ``confusion_matrix.csv``/``.png`` (last validation
     epoch, rows = true class) and ``learning_curves.png`` into ``dirpath``.
 
@@ -35,7 +34,6 @@ class ValidationAccuracy(L.Callback):
         self.dirpath = Path(dirpath) if dirpath else None
         self.log_per_class = log_per_class
         self.plots = plots
-        self.confmat: MulticlassConfusionMatrix | None = None
         self.best: float | None = None
         self.epoch_acc: float | None = None
         self.last_matrix: torch.Tensor | None = None
@@ -49,25 +47,13 @@ class ValidationAccuracy(L.Callback):
         names = list(getattr(trainer.datamodule, "class_names", []) or [])
         return names if len(names) == n else [str(i) for i in range(n)]
 
-    def on_validation_epoch_start(self, trainer, pl_module) -> None:
-        if self.confmat is not None:
-            self.confmat.reset()
-
-    def on_validation_batch_end(
-        self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
-    ) -> None:
-        if not isinstance(outputs, dict) or "logits" not in outputs:
-            return
-        logits, labels = outputs["logits"], outputs["labels"]  # (B, K), (B,)
-        if self.confmat is None:
-            self.confmat = MulticlassConfusionMatrix(logits.shape[1]).to(logits.device)
-        self.confmat.update(logits.argmax(dim=1), labels)
-
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        if self.confmat is None or self.confmat.update_count == 0:
+        # the module's own confusion matrix (updated on the device every step); compute()
+        # sums it over ranks once and caches it until the module resets it after logging
+        stats = getattr(pl_module, "val_stats", None)
+        if stats is None or stats.update_count == 0:
             return
-        matrix = self.confmat.compute()  # (K, K), summed over all ranks
-        self.confmat.reset()
+        matrix = stats.compute()[0]  # (K, K)
         if trainer.sanity_checking:
             return
         total = matrix.sum().clamp_min(1)

@@ -39,7 +39,7 @@ def help_text(conf_dir: str | Path, config_name: str = "train") -> str:
 
 
 def _options(folder: Path, group: str):
-    options = sorted(p.stem for p in folder.glob("*.yaml"))
+    options = sorted(p.stem for p in folder.glob("*.yaml") if not p.stem.startswith("_"))
     if group == "hydra/launcher":  # Hydra's launcher plugins, installed with the package
         options = ["basic", "joblib", "submitit_local", "submitit_slurm", *options]
     if options:

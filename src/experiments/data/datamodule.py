@@ -7,20 +7,17 @@ import logging
 from collections.abc import Callable, Sequence
 
 import lightning as L
-import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from experiments.data import sources
-from experiments.data.loaders import ResumableLoader
-from experiments.data.samplers import EpochShuffleSampler
+from experiments.data.checks import check_options
+from experiments.data.loaders import train_loader
 from experiments.data.splits import split_indices
 from experiments.data.stats import normalize, resolve_stats
 from experiments.data.transforms import batch_mixer, compose, is_deterministic
 from experiments.errors import UserError
 
 log = logging.getLogger(__name__)
-
-BUNDLED = ("digits", "image_csv", *sources.TORCHVISION)
 
 
 class ImageDataModule(L.LightningDataModule):
@@ -68,6 +65,8 @@ class ImageDataModule(L.LightningDataModule):
         mixup_alpha: > 0 mixes training batches (MixUp, Beta(alpha, alpha)).
         cutmix_alpha: > 0 pastes patches across training batches (CutMix); with both,
             each batch gets one of the two at random.
+        sampler: ``shuffle`` (each training sample once per epoch) or ``balanced`` (as
+            many draws per epoch, with replacement, each class equally likely).
     """
 
     def __init__(
@@ -100,30 +99,24 @@ class ImageDataModule(L.LightningDataModule):
         stats_file: str | None = None,
         mixup_alpha: float = 0.0,
         cutmix_alpha: float = 0.0,
+        sampler: str = "shuffle",
     ) -> None:
         super().__init__()
-        if isinstance(dataset, str) and dataset not in BUNDLED:
-            raise UserError(f"data.dataset={dataset!r} is not valid; use one of {BUNDLED}")
-        if dataset == "image_csv" and not (csv_file and image_dir):
-            raise UserError("data=image_csv needs data.csv_file=<csv> and data.image_dir=<folder>")
-        if int(batch_size) < 1:
-            raise UserError(f"data.batch_size must be >= 1, got {batch_size}")
-        if int(num_workers) < 0:
-            raise UserError(f"data.num_workers must be >= 0, got {num_workers}")
-        if cache_transformed not in (True, False, "auto"):
-            raise UserError(
-                f"data.cache_transformed={cache_transformed!r} is not valid; "
-                "use auto, true or false"
-            )
-        if float(cache_max_mb) < 0:
-            raise UserError(f"data.cache_max_mb must be >= 0, got {cache_max_mb}")
-        if split not in ("stratified", "random"):
-            raise UserError(f"data.split={split!r} is not valid; use stratified or random")
-        if float(mixup_alpha) < 0 or float(cutmix_alpha) < 0:
-            raise UserError("data.mixup_alpha and data.cutmix_alpha must be >= 0 (0 turns off)")
-        for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-            if not 0.0 <= float(value) < 1.0:
-                raise UserError(f"data.{key} must be in [0, 1), got {value}")
+        check_options(
+            dataset=dataset,
+            csv_file=csv_file,
+            image_dir=image_dir,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            cache_transformed=cache_transformed,
+            cache_max_mb=cache_max_mb,
+            split=split,
+            mixup_alpha=mixup_alpha,
+            cutmix_alpha=cutmix_alpha,
+            val_fraction=val_fraction,
+            test_fraction=test_fraction,
+            sampler=sampler,
+        )
         self.dataset = dataset
         self.root = root
         self.download = download
@@ -149,6 +142,7 @@ class ImageDataModule(L.LightningDataModule):
         self.augment = augment
         self.mean, self.std, self.stats_file = mean, std, stats_file
         self.mixup_alpha, self.cutmix_alpha = float(mixup_alpha), float(cutmix_alpha)
+        self.sampler = sampler
         self.stats: tuple[list[float], list[float]] | None = None
         self._mix: Callable | None = None
         self.train_set: Dataset | None = None
@@ -240,6 +234,31 @@ class ImageDataModule(L.LightningDataModule):
             x, y = self._mix(x, y)  # y: (B, num_classes) soft targets
         return x, y
 
+    def train_targets(self) -> list[int] | None:
+        """The class index of every training sample, or None without ``.targets``."""
+        subset = self.train_set
+        targets = getattr(subset.dataset, "targets", None) if subset is not None else None
+        if targets is None:
+            return None
+        return [int(targets[i]) for i in subset.indices]
+
+    def _balanced_targets(self) -> list[int]:
+        targets = self.train_targets()
+        if targets is None:
+            raise UserError("data.sampler=balanced needs a dataset with .targets (class labels)")
+        return targets
+
+    def use_weights_stats(self, mean: list[float], std: list[float]) -> None:
+        """Normalize with pretrained weights' statistics when ``mean``/``std`` are ``auto``
+        (recorded in ``stats_file``, so resume, eval and predict read them back)."""
+        if self.mean != "auto" or self.stats_file is None:
+            return
+        from experiments.runs.files import write_json
+
+        self.stats = (list(mean), list(std))
+        write_json(self.stats_file, {"mean": mean, "std": std, "computed_from": "weights"})
+        log.info("data.mean/std=auto: the pretrained weights' statistics %s / %s", mean, std)
+
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
@@ -260,35 +279,16 @@ class ImageDataModule(L.LightningDataModule):
             persistent_workers=self.persistent_workers and self.num_workers > 0,
         )
 
-    def _train_position(self) -> tuple[int, int]:
-        """``(epoch, batches of it trained on)``; 0 batches at an epoch's end."""
-        trainer = self.trainer
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        if done >= trainer.num_training_batches:
-            done = 0
-        return trainer.current_epoch, int(done)
-
     def train_dataloader(self) -> DataLoader:
-        # The shuffle order is a function of (seed, epoch), not of when Lightning happens to
-        # start the iterator, so a resumed run sees the same batches as an uninterrupted one.
-        # torch.initial_seed() is `seed` after seed_everything (random when unseeded).
-        trainer = getattr(self, "trainer", None)
-        # the index of the epoch about to run; unlike trainer.current_epoch it is already
-        # advanced when a run resumes from an end-of-epoch checkpoint (workers draw the
-        # order as soon as the loader is iterated, before Lightning calls set_epoch)
-        epoch = trainer.fit_loop.epoch_progress.current.processed if trainer is not None else 0
-        generator = torch.Generator()  # seeds the workers; re-seeded per epoch by the sampler
-        sampler = EpochShuffleSampler(len(self.train_set), torch.initial_seed(), generator)
-        sampler.set_epoch(epoch)
-        return ResumableLoader(
+        targets = self._balanced_targets() if self.sampler == "balanced" else None
+        return train_loader(
             self.train_set,
+            getattr(self, "trainer", None),
             batch_size=self.batch_size,
-            sampler=sampler,
-            generator=generator,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.persistent_workers and self.num_workers > 0,
-            position=self._train_position if trainer is not None else None,
+            balanced_targets=targets,
         )
 
     def val_dataloader(self) -> DataLoader:

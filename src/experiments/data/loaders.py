@@ -6,7 +6,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from torch.utils.data import DataLoader
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from experiments.data.samplers import ClassBalancedSampler, EpochShuffleSampler
 
 log = logging.getLogger(__name__)
 
@@ -52,3 +55,40 @@ class ResumableLoader(DataLoader):
         self.sampler.set_epoch(epoch)
         self.sampler.skip(batches * int(self.batch_size))
         log.info("resuming mid-epoch: epoch %d from batch %d", epoch, batches)
+
+
+def train_loader(
+    train_set: Dataset,
+    trainer,
+    balanced_targets: list[int] | None = None,
+    **loader_options: Any,
+) -> ResumableLoader:
+    """The training loader: its order is a function of (seed, epoch), not of when Lightning
+    happens to start the iterator, so a resumed run sees the same batches as an
+    uninterrupted one. ``torch.initial_seed()`` is ``seed`` after seed_everything (random
+    when unseeded). With ``balanced_targets`` every class is drawn equally often."""
+    # the index of the epoch about to run; unlike trainer.current_epoch it is already
+    # advanced when a run resumes from an end-of-epoch checkpoint (workers draw the
+    # order as soon as the loader is iterated, before Lightning calls set_epoch)
+    epoch = trainer.fit_loop.epoch_progress.current.processed if trainer is not None else 0
+    generator = torch.Generator()  # seeds the workers; re-seeded per epoch by the sampler
+    if balanced_targets is not None:
+        sampler = ClassBalancedSampler(balanced_targets, torch.initial_seed(), generator)
+    else:
+        sampler = EpochShuffleSampler(len(train_set), torch.initial_seed(), generator)
+    sampler.set_epoch(epoch)
+
+    def position() -> tuple[int, int]:
+        """``(epoch, batches of it trained on)``; 0 batches at an epoch's end."""
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        if done >= trainer.num_training_batches:
+            done = 0
+        return trainer.current_epoch, int(done)
+
+    return ResumableLoader(
+        train_set,
+        sampler=sampler,
+        generator=generator,
+        position=position if trainer is not None else None,
+        **loader_options,
+    )

@@ -55,3 +55,28 @@ class EpochShuffleSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+class ClassBalancedSampler(EpochShuffleSampler):
+    """As many draws per epoch as there are samples, with replacement, each sample drawn
+    with probability proportional to 1 / (its class' count): every class is equally
+    likely in every batch. The draws are a function of (seed, epoch), as for the shuffle.
+
+    Args:
+        targets: class index of each training sample.
+        seed, generator: as for ``EpochShuffleSampler``.
+    """
+
+    def __init__(
+        self, targets: list[int], seed: int = 0, generator: torch.Generator | None = None
+    ) -> None:
+        labels = torch.as_tensor(targets, dtype=torch.long)
+        counts = torch.bincount(labels).double()
+        self.weights = (1.0 / counts)[labels]  # (N,)
+        super().__init__(len(targets), seed, generator)
+
+    def __iter__(self) -> Iterator[int]:
+        gen = torch.Generator().manual_seed(self._epoch_seed())
+        order = torch.multinomial(self.weights, self.num_samples, True, generator=gen).tolist()
+        skip, self._skip = self._skip, 0
+        yield from order[skip:]

@@ -3,70 +3,41 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from torch import nn
-from torchmetrics import Metric
 
 from experiments.errors import UserError
-
-
-class Accuracy(Metric):
-    """Share of argmax predictions equal to the label (micro accuracy), kept on the device.
-
-    The same number as torchmetrics' ``MulticlassAccuracy(average="micro")`` for
-    single-label classification, at ~20 µs per update instead of ~150 µs: two summed
-    counters, no argument validation (no host sync). Summed across ranks under DDP.
-    """
-
-    full_state_update = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.add_state("correct", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("total", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
-
-    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:  # (B, K), (B,)
-        self.correct += (logits.argmax(dim=1) == labels).sum()
-        self.total += labels.numel()
-
-    def compute(self) -> torch.Tensor:
-        return self.correct.float() / self.total.clamp_min(1)
-
-
-class RunningMean(Metric):
-    """Weighted mean of per-batch values (the epoch loss), kept on the device."""
-
-    full_state_update = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.add_state("total", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("weight", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
-
-    def update(self, value: torch.Tensor, weight: int) -> None:
-        self.total += value.detach() * weight
-        self.weight += weight
-
-    def compute(self) -> torch.Tensor:
-        return (self.total / self.weight.clamp_min(1)).float()
+from experiments.models import finetune
+from experiments.models.ema import ema_copy, update_ema
+from experiments.models.losses import check_class_weights, make_loss
+from experiments.models.metrics import (
+    Accuracy,
+    ConfusionStats,
+    RunningMean,
+    resolve_top_k,
+    summarize,
+)
 
 
 class ClassificationModule(L.LightningModule):
-    """Trains ``net`` with cross-entropy on raw logits and logs ``stage/loss``, ``stage/acc``.
+    """Trains ``net`` on raw logits and logs ``stage/loss``, ``stage/acc``, ``stage/macro_f1``,
+    ``stage/balanced_acc`` (+ ``stage/top<k>_acc`` and per-class precision / recall).
 
     Args:
         net: the network; takes a batch of inputs, returns ``(B, num_classes)`` logits.
-        optimizer: partial optimizer, called with the trainable parameters.
+        optimizer: partial optimizer, called with the trainable parameters (or with a
+            backbone and a head parameter group when fine-tuning).
         scheduler: partial LR scheduler, called with the optimizer; None for a constant LR.
-        num_classes: number of classes (for the accuracy metrics).
-        freeze: parameter-name prefixes (e.g. ``["features.0"]``) to freeze: they get
-            ``requires_grad=False`` and are left out of the optimizer.
+        num_classes: number of classes (for the metrics).
+        freeze: parameter-name prefixes (e.g. ``["features.0"]``) frozen for the whole
+            run: ``requires_grad=False`` and left out of the optimizer.
         scheduler_interval: ``epoch`` or ``step``: how often the scheduler steps (a
             schedule that takes ``total_steps`` always steps every optimizer step).
-        label_smoothing: cross-entropy label smoothing, in [0, 1).
+        label_smoothing: label smoothing of the loss, in [0, 1).
         ema_decay: keep an exponential moving average of the weights with this decay
             (e.g. 0.999) and validate, test and export it (``best.pt``) instead of the
             raw weights; None turns it off. It is part of the module's state, so full
@@ -74,6 +45,20 @@ class ClassificationModule(L.LightningModule):
         channels_last: train in channels-last memory format (faster convolutions with
             mixed precision on recent GPUs).
         monitor: the metric a ``ReduceLROnPlateau`` schedule watches.
+        loss: ``cross_entropy`` or ``focal``.
+        focal_gamma: focal loss' focusing exponent (0 is cross-entropy).
+        class_weights: per-class loss weights; ``auto`` (inverse class frequency of the
+            training split) is resolved by the builder, which sees the data.
+        top_k: also log ``top<k>_acc``; ``auto`` is 5 when there are at least 10 classes.
+        per_class_metrics: log precision and recall per class on val and test (up to 100
+            classes).
+        head: parameter-name prefix of the classifier head (``auto``: found in the net).
+        freeze_backbone_epochs: train only the head for this many epochs, then all; the
+            frozen backbone's BatchNorms stay in eval mode.
+        backbone_lr_scale: the backbone's learning rate is the optimizer's times this.
+        init_from: a run dir or weights file to start from (loaded by the builder before
+            training: ``initialize_from``); recorded here.
+        init_exclude: parameter-name prefixes ``init_from`` must not load.
     """
 
     def __init__(
@@ -88,6 +73,16 @@ class ClassificationModule(L.LightningModule):
         ema_decay: float | None = None,
         channels_last: bool = False,
         monitor: str = "val/acc",
+        loss: str = "cross_entropy",
+        focal_gamma: float = 2.0,
+        class_weights: Sequence[float] | str | None = None,
+        top_k: int | str | None = "auto",
+        per_class_metrics: bool = True,
+        head: str | None = "auto",
+        freeze_backbone_epochs: int = 0,
+        backbone_lr_scale: float = 1.0,
+        init_from: str | None = None,
+        init_exclude: Sequence[str] = (),
     ) -> None:
         super().__init__()
         freeze = [str(prefix) for prefix in freeze]  # `model.freeze=[0]` parses as an int
@@ -95,6 +90,10 @@ class ClassificationModule(L.LightningModule):
             raise UserError(
                 f"model.scheduler_interval={scheduler_interval!r} is not valid; use epoch or step"
             )
+        if not 0.0 <= float(label_smoothing) < 1.0:
+            raise UserError(f"model.label_smoothing={label_smoothing} must be in [0, 1)")
+        weights = check_class_weights(class_weights, num_classes)
+        self.top_k = resolve_top_k(top_k, num_classes)
         # plain containers only, so checkpoints load with torch.load(weights_only=True)
         self.save_hyperparameters(
             {
@@ -103,28 +102,43 @@ class ClassificationModule(L.LightningModule):
                 "scheduler_interval": str(scheduler_interval),
                 "label_smoothing": float(label_smoothing),
                 "ema_decay": None if ema_decay is None else float(ema_decay),
+                "loss": str(loss),
+                "class_weights": weights,
+                "freeze_backbone_epochs": int(freeze_backbone_epochs),
+                "backbone_lr_scale": float(backbone_lr_scale),
+                "init_from": None if init_from is None else str(init_from),
             }
         )
-        if not 0.0 <= float(label_smoothing) < 1.0:
-            raise UserError(f"model.label_smoothing={label_smoothing} must be in [0, 1)")
         if channels_last:
             net = net.to(memory_format=torch.channels_last)
         self.net = net
         self.channels_last = channels_last
         self.monitor = monitor
         self.ema_decay = None if ema_decay is None else float(ema_decay)
-        self.ema = _ema_copy(net, ema_decay)
+        self.ema = ema_copy(net, ema_decay)
         # the weights that are validated, tested and exported (best.pt / last.pt)
         self.export_prefix = "ema." if self.ema is not None else "net."
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.scheduler_interval = scheduler_interval
-        self.loss_fn = nn.CrossEntropyLoss(label_smoothing=float(label_smoothing))
+        self.loss_fn = make_loss(str(loss), float(label_smoothing), weights, focal_gamma)
         # one metric per stage: their states must not mix (nn.Module owns "train", so no ModuleDict)
-        self.train_acc, self.val_acc, self.test_acc = Accuracy(), Accuracy(), Accuracy()
+        # training: accuracy only (two counters per step); val/test: the confusion matrix
+        self.train_acc = Accuracy()
+        self.val_stats = ConfusionStats(num_classes, self.top_k)
+        self.test_stats = ConfusionStats(num_classes, self.top_k)
         self.train_loss, self.val_loss, self.test_loss = RunningMean(), RunningMean(), RunningMean()
-        self._registered: set[str] = set()  # stages whose epoch metrics are handed to self.log
-        _freeze(net, freeze)
+        self.per_class_metrics = bool(per_class_metrics) and int(num_classes) <= 100
+        self._registered: set[str] = set()  # stages whose epoch loss is handed to self.log
+        finetune.freeze_for_good(net, freeze)
+        self.freeze_backbone_epochs = int(freeze_backbone_epochs)
+        self.backbone_lr_scale = float(backbone_lr_scale)
+        if self.freeze_backbone_epochs < 0 or self.backbone_lr_scale < 0:
+            raise UserError("model.freeze_backbone_epochs and model.backbone_lr_scale must be >= 0")
+        fine_tuning = self.freeze_backbone_epochs > 0 or self.backbone_lr_scale != 1.0
+        self.head = finetune.resolve_head(net, head) if fine_tuning or init_from else None
+        self.init_from, self.init_exclude = init_from, [str(p) for p in init_exclude]
+        self._backbone_frozen = False
 
     @property
     def eval_net(self) -> nn.Module:
@@ -133,6 +147,27 @@ class ClassificationModule(L.LightningModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.eval_net(x)
+
+    def initialize_from(self, source: str | Path) -> dict[str, list[str]]:
+        """Load a finished run's ``best.pt`` (or any weights file) into the net by name: a
+        head of another class count stays new; one line reports what loaded."""
+        from experiments.models.weights_fit import load_fitted
+
+        path = Path(str(source)).expanduser()
+        if path.is_dir():
+            path = path / "checkpoints" / "best.pt"
+            if not path.is_file():
+                raise UserError(
+                    f"model.init_from={source}: that run has no checkpoints/best.pt "
+                    "(it never finished a validation epoch)"
+                )
+        label = f"model.init_from={source}"
+        report = load_fitted(
+            self.net, path, [self.head or ""], label, strict=False, exclude=self.init_exclude
+        )
+        if self.ema is not None:  # the average starts from the loaded weights too
+            self.ema.load_state_dict(self.net.state_dict())
+        return report
 
     def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> dict:
         x, y = batch  # x: (B, C, H, W); y: (B,) class indices or (B, K) one-hot/soft targets
@@ -143,17 +178,19 @@ class ClassificationModule(L.LightningModule):
         labels = y.argmax(dim=1) if y.ndim == 2 else y
         # Per step only device-side updates: a self.log call costs ~1 ms of Python on
         # Lightning's side, and .item() would wait for the device.
-        getattr(self, f"{stage}_acc").update(logits.detach(), labels)
+        getattr(self, "train_acc" if stage == "train" else f"{stage}_stats").update(
+            logits.detach(), labels
+        )
         getattr(self, f"{stage}_loss").update(loss, x.shape[0])
         if stage not in self._registered:
             # once per epoch: Lightning computes and resets these Metric objects at epoch end
             self._registered.add(stage)
-            for name, prog_bar in (("loss", True), ("acc", stage != "train")):
-                metric = getattr(self, f"{stage}_{name}")
-                self.log(f"{stage}/{name}", metric, on_step=False, on_epoch=True, prog_bar=prog_bar)
+            epoch = {"on_step": False, "on_epoch": True}
+            self.log(f"{stage}/loss", getattr(self, f"{stage}_loss"), prog_bar=True, **epoch)
+            if stage == "train":
+                self.log("train/acc", self.train_acc, **epoch)
         if stage == "train" and self._log_this_step():
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
-        # callbacks (validation accuracy, confusion matrix) read logits/labels from here
         return {"loss": loss, "logits": logits.detach(), "labels": labels}
 
     def _log_this_step(self) -> bool:
@@ -164,14 +201,57 @@ class ClassificationModule(L.LightningModule):
         every = max(int(trainer.log_every_n_steps), 1)
         return (self.global_step + 1) % every == 0 or trainer.should_stop
 
+    def _log_epoch_stats(self, stage: str) -> None:
+        """Once per epoch: the confusion matrix (summed over ranks) -> every metric."""
+        stats = getattr(self, f"{stage}_stats")
+        if stats.update_count == 0:
+            return
+        values = summarize(*stats.compute(), top_k=self.top_k)
+        stats.reset()
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
+        names = list(getattr(datamodule, "class_names", None) or [])
+        for key, value in values.items():
+            kind, _, index = key.partition("/")
+            if index:
+                if not self.per_class_metrics:
+                    continue
+                key = f"{kind}/{names[int(index)] if len(names) > int(index) else index}"
+            prog_bar = key == "acc" and stage != "train"
+            self.log(f"{stage}/{key}", value, on_step=False, on_epoch=True, prog_bar=prog_bar)
+
     def on_train_epoch_start(self) -> None:
         self._registered.discard("train")
+        if self.freeze_backbone_epochs > 0:
+            frozen = self.current_epoch < self.freeze_backbone_epochs
+            self._backbone_frozen = frozen
+            if self._trainer is None or self.trainer.world_size <= 1:
+                finetune.freeze_backbone(self.net, self.head, frozen, self.hparams.freeze)
+            if not frozen:
+                self.net.train()  # the backbone's BatchNorms learn again
+            else:
+                finetune.batchnorms_eval(self.net, self.head)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if mode and self._backbone_frozen:  # Lightning re-enters train mode after validation
+            finetune.batchnorms_eval(self.net, self.head)
+        return self
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        if self._backbone_frozen and self.trainer.world_size > 1:
+            finetune.drop_backbone_grads(self.net, self.head)
 
     def on_validation_epoch_start(self) -> None:
         self._registered.discard("val")
 
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch_stats("val")
+
     def on_test_epoch_start(self) -> None:
         self._registered.discard("test")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch_stats("test")
 
     def training_step(self, batch, batch_idx):
         return self._shared_step(batch, "train")
@@ -185,30 +265,23 @@ class ClassificationModule(L.LightningModule):
     def optimizer_step(self, *args, **kwargs) -> None:
         super().optimizer_step(*args, **kwargs)
         if self.ema is not None:
-            self._update_ema()
-
-    @torch.no_grad()
-    def _update_ema(self) -> None:
-        # the decay warms up as (1 + t) / (10 + t): a short run's average is not dominated by
-        # its random start (with a fixed 0.998, 8% of a 1266-step average was the initial
-        # weights); t is the optimizer step, which a resumed run restores exactly
-        step = self.global_step
-        decay = min(self.ema_decay, (1 + step) / (10 + step))
-        averaged = [*self.ema.parameters(), *self.ema.buffers()]
-        current = [*self.net.parameters(), *self.net.buffers()]
-        for avg, cur in zip(averaged, current, strict=True):
-            if avg.dtype.is_floating_point:
-                avg.lerp_(cur.detach(), 1.0 - decay)
-            else:  # BatchNorm's num_batches_tracked
-                avg.copy_(cur)
+            update_ema(self.ema, self.net, self.ema_decay, self.global_step)
 
     def configure_optimizers(self):
-        params = [p for p in self.net.parameters() if p.requires_grad]
-        optimizer = self.optimizer_factory(params)
+        frozen_for_good = self.hparams.freeze
+        if self.head is not None and (self.freeze_backbone_epochs or self.backbone_lr_scale != 1):
+            backbone, head = finetune.split_parameters(self.net, self.head, frozen_for_good)
+            optimizer = self.optimizer_factory([{"params": backbone}, {"params": head}])
+            optimizer.param_groups[0]["lr"] *= self.backbone_lr_scale
+        else:
+            params = [
+                p for n, p in self.net.named_parameters() if not finetune.under(n, frozen_for_good)
+            ]
+            optimizer = self.optimizer_factory(params)
         if self.scheduler_factory is None:
             return optimizer
         interval = self.scheduler_interval
-        if "total_steps" in _arguments(self.scheduler_factory):
+        if "total_steps" in finetune.arguments(self.scheduler_factory):
             # schedules over the whole run are stepped per optimizer step
             total = int(self.trainer.estimated_stepping_batches)
             scheduler = self.scheduler_factory(
@@ -219,40 +292,3 @@ class ClassificationModule(L.LightningModule):
             scheduler = self.scheduler_factory(optimizer)
         config = {"scheduler": scheduler, "interval": interval, "monitor": self.monitor}
         return {"optimizer": optimizer, "lr_scheduler": config}
-
-
-def _ema_copy(net: nn.Module, decay: float | None) -> nn.Module | None:
-    if decay is None:
-        return None
-    if not 0.0 < float(decay) < 1.0:
-        raise UserError(f"model.ema_decay={decay} must be in (0, 1), e.g. 0.999; null turns it off")
-    import copy
-
-    ema = copy.deepcopy(net)
-    ema.requires_grad_(False)  # updated from the net's weights, never by the optimizer
-    return ema
-
-
-def _arguments(factory: Callable) -> set[str]:
-    import inspect
-
-    try:
-        return set(inspect.signature(factory).parameters)
-    except (TypeError, ValueError):
-        return set()
-
-
-def _freeze(net: nn.Module, prefixes: list[str]) -> None:
-    names = [name for name, _ in net.named_parameters()]
-    for prefix in prefixes:
-        hits = [n for n in names if n == prefix or n.startswith(prefix + ".")]
-        if not hits:
-            top = sorted({n.split(".")[0] for n in names})
-            raise UserError(
-                f"model.freeze: {prefix!r} matches no parameter; top-level names are {top}"
-            )
-    for name, param in net.named_parameters():
-        if any(name == p or name.startswith(p + ".") for p in prefixes):
-            param.requires_grad_(False)
-    if prefixes and not any(p.requires_grad for p in net.parameters()):
-        raise UserError(f"model.freeze={prefixes} freezes every parameter; nothing would train")

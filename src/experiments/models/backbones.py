@@ -1,0 +1,210 @@
+"""Backbones by name from timm or torchvision, fitted to the data: the classifier head is
+sized to the data's classes, the input stem to its channels, and pretrained weights come
+from a file or the library's own cache (a download only when asked for)."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from experiments.errors import UserError
+from experiments.models.weights_fit import load_fitted
+
+log = logging.getLogger(__name__)
+
+LIBRARIES = ("timm", "torchvision")
+# what torchvision's ImageNet weights were trained with (every classification weight set)
+IMAGENET_NORM = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+def backbone(
+    in_shape: Sequence[int],
+    num_classes: int,
+    name: str = "resnet18",
+    library: str = "timm",
+    pretrained: str | bool | None = None,
+    download: bool = False,
+    small_input: bool = False,
+) -> nn.Module:
+    """Any architecture ``library`` knows by ``name``, with a ``num_classes`` head and a
+    stem taking ``in_shape[0]`` channels.
+
+    Args:
+        in_shape: shape of one sample, ``(C, H, W)``.
+        num_classes: size of the new classifier head.
+        name: the architecture, e.g. ``resnet18``, ``convnext_nano``, ``efficientnet_b0``.
+        library: ``timm`` or ``torchvision``.
+        pretrained: None/false for random weights; a path to a weights file
+            (``.pt``/``.pth``/``.bin``/``.safetensors``); or true for the library's own
+            cache (torch hub's checkpoints folder, or the Hugging Face cache for timm).
+        download: with ``pretrained=true``, fetch weights missing from the cache
+            (needs network); otherwise a missing file is an error.
+        small_input: for a ResNet-style stem on images up to 64 px: a 3x3 stride-1 first
+            conv and no max-pool (torchvision nets with ``conv1``/``maxpool`` only).
+
+    The net gets a ``pretrained_norm`` attribute, ``(mean, std)`` per input channel, when
+    it holds pretrained weights: the data module normalizes with it when its own
+    ``mean``/``std`` are ``auto``.
+
+    Raises:
+        UserError: unknown library or name (with close matches), weights that do not fit.
+    """
+    if library not in LIBRARIES:
+        raise UserError(f"model.net.library={library!r} is not valid; use one of {LIBRARIES}")
+    channels = int(in_shape[0])
+    if library == "timm":
+        net, norm, source = _timm(name, num_classes, channels, pretrained, download)
+    else:
+        net, norm, source = _torchvision(name, num_classes, channels, pretrained, download)
+    new_ok = [head_prefix(net)]
+    if small_input and max(in_shape[1:]) <= 64 and hasattr(net, "maxpool"):
+        new_ok.append(_small_stem(net))  # a 3x3 stem: the file's 7x7 one does not fit
+    if source is not None:
+        load_fitted(net, source, new_ok, label=f"model.net.pretrained={source}")
+        net.pretrained_norm = _norm_for_channels(norm, channels)
+    return net
+
+
+def _timm(name: str, num_classes: int, channels: int, pretrained, download: bool):
+    import timm
+
+    if name not in timm.list_models():
+        _unknown(name, timm.list_models(), "timm")
+    net = timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=channels)
+    cfg = dict(getattr(net, "pretrained_cfg", None) or {})
+    norm = (tuple(cfg.get("mean", IMAGENET_NORM[0])), tuple(cfg.get("std", IMAGENET_NORM[1])))
+    return net, norm, _source(pretrained, lambda: _timm_cached(name, cfg, download))
+
+
+def _timm_cached(name: str, cfg: dict, download: bool) -> Path:
+    repo = cfg.get("hf_hub_id")
+    if not repo:
+        raise UserError(f"timm {name} has no published weights; give model.net.pretrained=<file>")
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    for filename in ("model.safetensors", "pytorch_model.bin"):
+        found = try_to_load_from_cache(repo, filename)
+        if isinstance(found, str):
+            return Path(found)
+    if not download:
+        raise UserError(
+            f"no cached weights for timm {name} (Hugging Face {repo}); set "
+            "model.net.download=true to fetch them, or model.net.pretrained=<file>"
+        )
+    return Path(hf_hub_download(repo, "model.safetensors"))
+
+
+def _torchvision(name: str, num_classes: int, channels: int, pretrained, download: bool):
+    import torchvision
+
+    known = torchvision.models.list_models(module=torchvision.models)
+    if name not in known:
+        _unknown(name, known, "torchvision")
+    net = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    if channels != 3:
+        _replace_first_conv(net, channels)
+    return net, IMAGENET_NORM, _source(pretrained, lambda: _torchvision_cached(name, download))
+
+
+def _torchvision_cached(name: str, download: bool) -> Path:
+    import torchvision
+
+    try:
+        url = torchvision.models.get_model_weights(name).DEFAULT.url
+    except (ValueError, AttributeError):
+        raise UserError(
+            f"torchvision {name} has no published weights; give model.net.pretrained=<file>"
+        ) from None
+    path = Path(torch.hub.get_dir()) / "checkpoints" / Path(url).name
+    if path.is_file():
+        return path
+    if not download:
+        raise UserError(
+            f"no cached weights for torchvision {name} at {path}; set model.net.download=true "
+            "to fetch them, or model.net.pretrained=<file>"
+        )
+    torch.hub.load_state_dict_from_url(url, progress=False)
+    return path
+
+
+def _source(pretrained, cached) -> Path | None:
+    if pretrained is None or pretrained is False:
+        return None
+    if pretrained is True or str(pretrained).lower() == "true":
+        return cached()
+    return Path(str(pretrained)).expanduser()
+
+
+def _unknown(name: str, known: list[str], library: str) -> None:
+    close = difflib.get_close_matches(name, known, n=4, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}" if close else ""
+    raise UserError(f"model.net.name={name!r}: {library} has no such model{hint}")
+
+
+def head_prefix(net: nn.Module) -> str:
+    """Parameter-name prefix of the classifier head: timm's own record of it, else the last
+    ``nn.Linear`` (or 1x1 conv classifier) in the net."""
+    cfg = getattr(net, "pretrained_cfg", None) or {}
+    classifier = cfg.get("classifier") if isinstance(cfg, dict) else None
+    names = {n for n, _ in net.named_modules()}
+    if isinstance(classifier, str) and classifier in names:
+        return classifier
+    last = None
+    for module_name, module in net.named_modules():
+        if isinstance(module, nn.Linear) and module_name:
+            last = module_name
+    if last is None:
+        raise UserError(f"{type(net).__name__} has no Linear layer to treat as its head")
+    return last
+
+
+def _first_conv(net: nn.Module) -> tuple[str, nn.Conv2d]:
+    for module_name, module in net.named_modules():
+        if isinstance(module, nn.Conv2d):
+            return module_name, module
+    raise UserError(f"{type(net).__name__} has no Conv2d stem to adapt to the input channels")
+
+
+def _set_module(net: nn.Module, dotted: str, module: nn.Module) -> None:
+    parent_name, _, child = dotted.rpartition(".")
+    parent = net.get_submodule(parent_name) if parent_name else net
+    setattr(parent, child, module)
+
+
+def _replace_first_conv(net: nn.Module, channels: int, **changes) -> None:
+    module_name, conv = _first_conv(net)
+    options = {
+        "kernel_size": conv.kernel_size,
+        "stride": conv.stride,
+        "padding": conv.padding,
+        "bias": conv.bias is not None,
+        **changes,
+    }
+    _set_module(net, module_name, nn.Conv2d(channels, conv.out_channels, **options))
+
+
+def _small_stem(net: nn.Module) -> str:
+    """3x3 stride-1 first conv and no max-pool: small images keep their resolution.
+    Returns the conv's name."""
+    module_name, conv = _first_conv(net)
+    _replace_first_conv(net, conv.in_channels, kernel_size=3, stride=1, padding=1)
+    net.maxpool = nn.Identity()
+    return module_name
+
+
+def _norm_for_channels(norm, channels: int) -> tuple[list[float], list[float]]:
+    """The weights' per-channel statistics for ``channels`` inputs: their mean over RGB for
+    one channel (the stem's weights are summed over RGB the same way), else cycled."""
+    mean, std = (list(map(float, v)) for v in norm)
+    if channels == len(mean):
+        return mean, std
+    if channels == 1:
+        return [sum(mean) / len(mean)], [sum(std) / len(std)]
+    return [mean[i % len(mean)] for i in range(channels)], [
+        std[i % len(std)] for i in range(channels)
+    ]

@@ -1,0 +1,92 @@
+"""Fine-tuning: the backbone / head split, a frozen-then-unfrozen backbone, and a separate
+backbone learning rate. The frozen state is a function of the epoch alone, so a resumed run
+freezes and unfreezes exactly where an uninterrupted one does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from experiments.errors import UserError
+
+
+def under(name: str, prefixes: Sequence[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def resolve_head(net: nn.Module, head: str | None) -> str:
+    """The head's parameter-name prefix: ``head`` as given, or found (``auto``/None)."""
+    if head in (None, "auto"):
+        from experiments.models.backbones import head_prefix
+
+        return head_prefix(net)
+    names = [n for n, _ in net.named_parameters()]
+    if not any(under(n, [head]) for n in names):
+        top = sorted({n.rsplit(".", 2)[0] for n in names})[-6:]
+        raise UserError(f"model.head={head!r} matches no parameter; the last modules are {top}")
+    return head
+
+
+def split_parameters(
+    net: nn.Module, head: str, exclude: Sequence[str] = ()
+) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """``(backbone, head)`` parameters of ``net``, leaving out names under ``exclude``."""
+    backbone, head_params = [], []
+    for name, param in net.named_parameters():
+        if under(name, exclude):
+            continue
+        (head_params if under(name, [head]) else backbone).append(param)
+    return backbone, head_params
+
+
+def freeze_backbone(net: nn.Module, head: str, frozen: bool, keep: Sequence[str]) -> None:
+    """``requires_grad`` off (on) for every backbone parameter except those under ``keep``
+    (permanently frozen ones stay frozen), and backbone BatchNorms in eval mode while
+    frozen so that their running statistics do not drift either."""
+    for name, param in net.named_parameters():
+        if not under(name, [head]) and not under(name, keep):
+            param.requires_grad_(not frozen)
+    if frozen:
+        batchnorms_eval(net, head)
+
+
+def batchnorms_eval(net: nn.Module, head: str) -> None:
+    for name, module in net.named_modules():
+        if isinstance(module, _BatchNorm) and not under(name, [head]):
+            module.eval()
+
+
+def drop_backbone_grads(net: nn.Module, head: str) -> None:
+    """Under DDP the backbone is frozen by dropping its gradients before the optimizer
+    step (DDP must see every parameter as trainable from the start): an optimizer skips
+    a parameter without a gradient, exactly as if it were frozen."""
+    for name, param in net.named_parameters():
+        if not under(name, [head]):
+            param.grad = None
+
+
+def freeze_for_good(net: nn.Module, prefixes: list[str]) -> None:
+    names = [name for name, _ in net.named_parameters()]
+    for prefix in prefixes:
+        hits = [n for n in names if n == prefix or n.startswith(prefix + ".")]
+        if not hits:
+            top = sorted({n.split(".")[0] for n in names})
+            raise UserError(
+                f"model.freeze: {prefix!r} matches no parameter; top-level names are {top}"
+            )
+    for name, param in net.named_parameters():
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            param.requires_grad_(False)
+    if prefixes and not any(p.requires_grad for p in net.parameters()):
+        raise UserError(f"model.freeze={prefixes} freezes every parameter; nothing would train")
+
+
+def arguments(factory: Callable) -> set[str]:
+    import inspect
+
+    try:
+        return set(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        return set()

@@ -1,0 +1,128 @@
+"""Classification metrics kept on the device: per step only a bincount into a confusion
+matrix (and a top-k counter), no host sync; everything else is derived from the matrix
+once per epoch."""
+
+from __future__ import annotations
+
+import torch
+from torchmetrics import Metric
+
+from experiments.errors import UserError
+
+
+class ConfusionStats(Metric):
+    """A ``(K, K)`` confusion matrix (rows = true class) and a top-k hit counter.
+
+    ``compute()`` returns the matrix and the top-k hits, summed across ranks under DDP;
+    ``summarize`` turns them into accuracy, macro-F1, balanced accuracy and per-class
+    precision / recall. About 20 µs per update on a CPU: no argument validation.
+
+    Args:
+        num_classes: K.
+        top_k: also count how often the label is among the ``top_k`` highest logits
+            (None: not counted).
+    """
+
+    full_state_update = False
+
+    def __init__(self, num_classes: int, top_k: int | None = None) -> None:
+        super().__init__()
+        self.num_classes = int(num_classes)
+        self.top_k = top_k
+        k = self.num_classes
+        self.add_state("matrix", torch.zeros((k, k), dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("topk_hits", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:  # (B, K), (B,)
+        k = self.num_classes
+        pairs = labels.long() * k + logits.argmax(dim=1)  # (B,) row-major cell index
+        self.matrix += torch.bincount(pairs, minlength=k * k).view(k, k)
+        if self.top_k is not None:
+            top = logits.topk(self.top_k, dim=1).indices  # (B, top_k)
+            self.topk_hits += (top == labels.view(-1, 1)).any(dim=1).sum()
+
+    def compute(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.matrix, self.topk_hits
+
+
+def summarize(
+    matrix: torch.Tensor, topk_hits: torch.Tensor | None = None, top_k: int | None = None
+) -> dict[str, torch.Tensor]:
+    """Scalar metrics of a confusion matrix (rows = true class, columns = predicted).
+
+    ``acc`` (micro), ``balanced_acc`` (mean recall over the classes that occur),
+    ``macro_f1`` (mean F1 over the classes that occur or are predicted, as
+    scikit-learn's ``f1_score(average="macro")`` over the labels present), ``top<k>_acc``,
+    and per class ``precision/<i>`` and ``recall/<i>`` (0 where undefined, as sklearn's
+    ``zero_division=0``).
+    """
+    m = matrix.double()
+    total = m.sum().clamp_min(1)
+    true = m.sum(dim=1)  # (K,) samples per true class
+    predicted = m.sum(dim=0)  # (K,) predictions per class
+    hits = m.diag()
+    recall = hits / true.clamp_min(1)
+    precision = hits / predicted.clamp_min(1)
+    f1 = 2 * hits / (true + predicted).clamp_min(1)
+    present = true > 0
+    seen = present | (predicted > 0)
+    out = {
+        "acc": hits.sum() / total,
+        "balanced_acc": recall[present].mean() if present.any() else m.new_zeros(()),
+        "macro_f1": f1[seen].mean() if seen.any() else m.new_zeros(()),
+    }
+    if top_k is not None and topk_hits is not None:
+        out[f"top{top_k}_acc"] = topk_hits.double() / total
+    for i in range(m.shape[0]):
+        out[f"precision/{i}"] = precision[i]
+        out[f"recall/{i}"] = recall[i]
+    return {name: value.float() for name, value in out.items()}
+
+
+class Accuracy(Metric):
+    """Share of argmax predictions equal to the label, kept on the device: what training
+    logs (``train/acc``), at two summed counters per step."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("correct", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("total", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:  # (B, K), (B,)
+        self.correct += (logits.argmax(dim=1) == labels).sum()
+        self.total += labels.numel()
+
+    def compute(self) -> torch.Tensor:
+        return self.correct.float() / self.total.clamp_min(1)
+
+
+class RunningMean(Metric):
+    """Weighted mean of per-batch values (the epoch loss), kept on the device."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("weight", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, value: torch.Tensor, weight: int) -> None:
+        self.total += value.detach() * weight
+        self.weight += weight
+
+    def compute(self) -> torch.Tensor:
+        return (self.total / self.weight.clamp_min(1)).float()
+
+
+def resolve_top_k(top_k, num_classes: int) -> int | None:
+    if top_k == "auto":
+        return 5 if int(num_classes) >= 10 else None
+    if top_k is None:
+        return None
+    if not 1 <= int(top_k) <= int(num_classes):
+        raise UserError(
+            f"model.top_k={top_k} must be between 1 and the {num_classes} classes (or null, auto)"
+        )
+    return int(top_k)

@@ -1,0 +1,156 @@
+"""Load weights made for a related net: keys matched by name, a new head and an input stem
+with another channel count allowed, every other difference reported in one line."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from experiments.errors import UserError
+
+log = logging.getLogger(__name__)
+
+# wrappers around a net's own keys in files made by common tools
+_WRAPPERS = ("state_dict", "model", "model_state_dict", "net")
+_KEY_PREFIXES = ("_orig_mod.", "module.")
+
+
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """A name -> tensor dict from a ``.safetensors`` file or a weights-only torch file
+    (a plain state_dict, or one under ``state_dict``/``model``; ``module.`` and
+    ``_orig_mod.`` prefixes are dropped)."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        if not path.is_file():
+            raise UserError(f"weights file not found: {path}")
+        from safetensors.torch import load_file
+
+        try:
+            obj = load_file(str(path))
+        except Exception as err:  # noqa: BLE001 - any unreadable file is the user's to fix
+            raise UserError(f"weights file {path} cannot be read: {str(err)[:160]}") from None
+    else:
+        from experiments.runs.weights import safe_load
+
+        obj = safe_load(path)
+    for key in _WRAPPERS:
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+            break
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
+    ):
+        raise UserError(f"weights file {path} is not a state_dict (a dict of name -> tensor)")
+    clean = {}
+    for key, value in obj.items():
+        for prefix in _KEY_PREFIXES:
+            key = key.replace(prefix, "")
+        clean[key] = value
+    return clean
+
+
+def adapt_channels(weight: torch.Tensor, channels: int) -> torch.Tensor:
+    """A conv weight ``(O, I, kh, kw)`` for ``channels`` inputs: summed over I for one
+    channel (a gray image is the sum of equal RGB planes), else cycled over I and scaled
+    by ``I / channels`` so that the activations keep their size."""
+    if channels == 1:
+        return weight.sum(dim=1, keepdim=True)
+    repeats = -(-channels // weight.shape[1])
+    cycled = weight.repeat(1, repeats, 1, 1)[:, :channels]
+    return cycled * (weight.shape[1] / channels)
+
+
+def _under(key: str, prefixes: Sequence[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def load_fitted(
+    net: nn.Module,
+    source: str | Path,
+    new_ok: Sequence[str],
+    label: str,
+    strict: bool = True,
+    exclude: Sequence[str] = (),
+) -> dict[str, list[str]]:
+    """Load ``source`` into ``net`` by name and log one line of what happened.
+
+    Tensors under ``new_ok`` (the head, a replaced stem) may be missing or of another
+    shape: they keep their fresh initialization. The first conv's weight is adapted when
+    only its input-channel count differs. Keys under ``exclude`` are not loaded at all.
+    With ``strict`` any other missing, unexpected or wrong-shaped tensor is an error;
+    without it such tensors are skipped and reported (``init_from`` a related net).
+
+    Returns:
+        ``{"loaded", "adapted", "new", "skipped"}``: lists of tensor names.
+
+    Raises:
+        UserError: one line naming the file and what does not fit (details in the log),
+            or no tensor at all matched.
+    """
+    state = read_weights(source)
+    own = net.state_dict()
+    first_conv = next((n for n, m in net.named_modules() if isinstance(m, nn.Conv2d)), None)
+    fitted: dict[str, torch.Tensor] = {}
+    report: dict[str, list[str]] = {"loaded": [], "adapted": [], "new": [], "skipped": []}
+    wrong: list[str] = []  # "name (file shape) vs (net shape)"
+    wrong_keys: list[str] = []
+    for key, target in own.items():
+        if _under(key, exclude) or (key not in state and _under(key, new_ok)):
+            report["new"].append(key)
+            continue
+        if key not in state:
+            continue  # missing: counted below
+        value = state[key]
+        if value.shape == target.shape:
+            fitted[key] = value
+            report["loaded"].append(key)
+        elif (
+            key == f"{first_conv}.weight"
+            and value.ndim == 4
+            and value.shape[:1] + value.shape[2:] == target.shape[:1] + target.shape[2:]
+        ):
+            fitted[key] = adapt_channels(value, target.shape[1])
+            report["adapted"].append(key)
+        elif _under(key, new_ok):
+            report["new"].append(key)
+        else:
+            wrong.append(f"{key} {tuple(value.shape)} vs {tuple(target.shape)}")
+            wrong_keys.append(key)
+    missing = [k for k in own if k not in state and k not in report["new"]]
+    unexpected = [k for k in state if k not in own and not _under(k, new_ok)]
+    report["skipped"] = sorted([k for k in state if k not in own] + wrong_keys)
+    problems = [
+        (f"{len(missing)} missing", missing),
+        (f"{len(unexpected)} unexpected", unexpected),
+        (f"{len(wrong)} of the wrong shape", wrong),
+    ]
+    problems = [(head, names) for head, names in problems if names]
+    if (strict and problems) or not fitted:
+        for head, names in problems:
+            log.error("%s: %s tensors: %s", label, head, ", ".join(names))
+        summary = "; ".join(f"{head} (e.g. {names[0]})" for head, names in problems)
+        raise UserError(
+            f"{label} does not fit {type(net).__name__}: "
+            f"{summary or 'no tensor name matches'} (all names in the log)"
+        )
+    net.load_state_dict(fitted, strict=False)
+    log.info(
+        "%s: loaded %d tensors%s, %d new (%s), %d skipped%s",
+        label,
+        len(report["loaded"]) + len(report["adapted"]),
+        f" ({len(report['adapted'])} adapted to the input channels)" if report["adapted"] else "",
+        len(report["new"]),
+        _short(report["new"]),
+        len(report["skipped"]),
+        f" ({_short(report['skipped'])})" if report["skipped"] else "",
+    )
+    return report
+
+
+def _short(names: Sequence[str], n: int = 4) -> str:
+    names = list(names)
+    return ", ".join(names[:n]) + (f", ... {len(names) - n} more" if len(names) > n else "")
