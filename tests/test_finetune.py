@@ -209,3 +209,44 @@ def test_freeze_schedule_is_exact_across_a_resume(make_cfg, tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.slow
+def test_pretrained_backbone_run_takes_the_weights_statistics_and_evals_without_the_file(
+    tmp_path, data_dir
+):
+    import json
+
+    import timm
+
+    weights = tmp_path / "w.pt"
+    torch.save(timm.create_model("test_resnet").state_dict(), weights)
+    run = tmp_path / "run"
+    common = [f"paths.data_dir={data_dir}", "logger=none", "data.num_workers=0"]
+    res = run_cli(
+        "-m",
+        "experiments.train",
+        "model=backbone",
+        "model.net.name=test_resnet",
+        f"model.net.pretrained={weights}",
+        "model.net.small_input=true",
+        "data.mean=auto",
+        "data.std=auto",
+        "trainer.max_epochs=1",
+        f"hydra.run.dir={run}",
+        *common,
+        cwd=tmp_path,
+        env_extra=ENV,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    said = res.stdout + res.stderr
+    assert "model.net.pretrained=" in said and " new (fc.weight, fc.bias)" in said, said[-3000:]
+    stats = json.loads((run / "data_stats.json").read_text())
+    mean = sum(timm.create_model("test_resnet").pretrained_cfg["mean"]) / 3
+    assert stats["computed_from"] == "weights" and stats["mean"] == [pytest.approx(mean)]
+    weights.unlink()  # eval rebuilds the net and loads best.pt; the pretrained file is gone
+    res = run_cli("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path, env_extra=ENV)
+    assert res.returncode == 0, res.stderr[-3000:]
+    trained = json.loads((run / "metrics.json").read_text())
+    evaluated = json.loads((run / "eval_metrics.json").read_text())
+    assert evaluated["test/acc"] == trained["test/acc"]

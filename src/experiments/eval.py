@@ -70,9 +70,9 @@ def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] =
     datamodule.prepare_data()
     # "fit" makes the same seeded train/val/test split as training did (data.split_seed)
     datamodule.setup("fit")
-    net = instantiate(
-        model_cfg.net, in_shape=datamodule.input_shape, num_classes=datamodule.num_classes
-    )
+    from experiments.build import net_for_saved_weights
+
+    net = net_for_saved_weights(model_cfg.net, datamodule.input_shape, datamodule.num_classes)
     load_state_dict_file(net, ckpt_path)
     model = instantiate(
         model_cfg, net=net, optimizer=None, scheduler=None, num_classes=datamodule.num_classes

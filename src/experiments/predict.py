@@ -98,7 +98,9 @@ def predict(
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     transform = instantiate(transform_cfg) if transform_cfg is not None else _to_tensor()
-    net = instantiate(net_cfg, in_shape=tuple(in_shape), num_classes=len(class_names))
+    from experiments.build import net_for_saved_weights
+
+    net = net_for_saved_weights(net_cfg, tuple(in_shape), len(class_names))
     load_state_dict_file(net, ckpt_path)
     net.to(device).eval()
     from experiments.data.stats import normalize, resolve_stats
