@@ -130,3 +130,33 @@ def test_a_requeued_slurm_job_resumes_its_own_run(tmp_path, monkeypatch):
         f"resume={mine}",
         f"hydra.run.dir={mine}",
     ]
+
+
+@pytest.mark.slow
+def test_frozen_backbone_stays_exactly_at_its_start_under_ddp(tmp_path, data_dir, make_cfg):
+    import lightning as L
+
+    from experiments.build import datamodule_and_model
+
+    args = ["model=cnn", "model.freeze_backbone_epochs=1", "seed=3", "logger=none"]
+    res = run_cli(
+        "-m",
+        "experiments.train",
+        "trainer=ddp_cpu",
+        "trainer.max_epochs=1",
+        "test=false",
+        f"paths.data_dir={data_dir}",
+        *args,
+        cwd=tmp_path,
+        env_extra=ENV,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = (tmp_path / "outputs" / "train" / "runs").iterdir()
+    trained = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    L.seed_everything(3, verbose=False)  # the same initial weights as the run's
+    _, model = datamodule_and_model(make_cfg(*args))
+    start = model.net.state_dict()
+    for key, value in start.items():
+        # gradients dropped and BatchNorms in eval mode: the backbone, running statistics
+        # included, is bit-for-bit where it started; the head has trained
+        assert torch.equal(trained[key], value) == (not key.startswith("head.")), key
