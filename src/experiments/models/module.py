@@ -210,14 +210,16 @@ class ClassificationModule(L.LightningModule):
         stats.reset()
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
         names = list(getattr(datamodule, "class_names", None) or [])
+        # the values are already summed over ranks; the mean of equal values is that value,
+        # and Lightning warns about every epoch-level value logged without sync under DDP
+        sync = self._trainer is not None and self.trainer.world_size > 1
         for key, value in values.items():
             kind, _, index = key.partition("/")
             if index:
                 if not self.per_class_metrics:
                     continue
                 key = f"{kind}/{names[int(index)] if len(names) > int(index) else index}"
-            prog_bar = key == "acc" and stage != "train"
-            self.log(f"{stage}/{key}", value, on_step=False, on_epoch=True, prog_bar=prog_bar)
+            self.log(f"{stage}/{key}", value, prog_bar=key == "acc", sync_dist=sync)
 
     def on_train_epoch_start(self) -> None:
         self._registered.discard("train")
