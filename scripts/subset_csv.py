@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Derive a training CSV (``filename,label``, for ``data=image_csv``) from another: a
 balanced labelled subset, or a long-tailed (imbalanced) one. The rows point at the same
-image files; which rows are kept depends on ``--seed`` alone.
+image files and keep their order in the input; which rows are kept depends on ``--seed``.
 
   # 100 images per class: a 1,000-image Fashion-MNIST subset for fine-tuning
   python scripts/subset_csv.py data/fashion_mnist_png/train.csv --per-class 100
@@ -20,97 +20,149 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import sys
-import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
 
 class Refused(Exception):
-    """Bad input: printed as one line, exit 2."""
+    """Bad input: printed as one ``error:`` line, exit 2."""
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, no usage block
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def read_rows(path: Path) -> list[tuple[str, str]]:
+    """``(filename, label)`` of every row, stripped as the data module strips them."""
     if not path.is_file():
         raise Refused(f"CSV file not found: {path}")
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if not {"filename", "label"} <= set(reader.fieldnames or []):
-            raise Refused(f"{path} needs the columns filename,label; has {reader.fieldnames}")
-        return list(reader)
+        missing = [c for c in ("filename", "label") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise Refused(
+                f"{path} lacks the column(s) {','.join(missing)} (header: filename,label)"
+            )
+        rows = [((r["filename"] or "").strip(), (r["label"] or "").strip()) for r in reader]
+    for line, (name, label) in enumerate(rows, start=2):
+        if not name or not label:
+            raise Refused(f"{path} row {line}: empty filename or label")
+    if not rows:
+        raise Refused(f"{path} has no rows after the header")
+    return rows
 
 
-def class_order(labels: set[str], order: str | None) -> list[str]:
-    if order:
-        wanted = [c.strip() for c in order.split(",")]
-        if set(wanted) != labels or len(wanted) != len(labels):
-            raise Refused(f"--order must name each class once; the classes are {sorted(labels)}")
-        return wanted
-    if all(c.lstrip("-").isdigit() for c in labels):
-        return sorted(labels, key=int)
-    return sorted(labels)
+def class_key(label: str, numeric: bool) -> str:
+    return str(int(label)) if numeric else label  # "07" and "7" are one class, as in the loader
 
 
-def targets(counts: dict[str, int], classes: list[str], args) -> dict[str, int]:
+def class_order(classes: set[str], numeric: bool, order: str | None) -> list[str]:
+    """The classes from frequent to rare: ``--order`` if given, else the data module's order."""
+    if order is None:
+        return sorted(classes, key=int) if numeric else sorted(classes)
+    wanted = [c.strip() for c in order.split(",")]
+    if numeric:
+        wanted = [class_key(c, True) if c.lstrip("-").isdigit() else c for c in wanted]
+    unknown = [c for c in wanted if c not in classes]
+    missing = sorted(classes - set(wanted), key=int if numeric else str)
+    doubled = sorted({c for c in wanted if wanted.count(c) > 1})
+    named = (("unknown", unknown), ("missing", missing), ("repeated", doubled))
+    problems = [f"{what} {','.join(names)}" for what, names in named if names]
+    if problems:
+        raise Refused(f"--order must name each class once: {'; '.join(problems)}")
+    return wanted
+
+
+def target_sizes(
+    counts: dict[str, int], classes: list[str], args: argparse.Namespace
+) -> dict[str, int]:
+    """How many rows each class keeps; ``classes`` runs from frequent to rare."""
     if args.per_class is not None:
-        short = [f"{c} has {counts[c]}" for c in classes if counts[c] < args.per_class]
-        if short or args.per_class < 1:
-            raise Refused(f"--per-class {args.per_class}: too few rows ({', '.join(short)})")
-        return {c: args.per_class for c in classes}
-    ratio, k = args.imbalance, len(classes)
-    if ratio < 1:
-        raise Refused(f"--imbalance {ratio}: the ratio must be >= 1")
-    n = min(counts.values())
+        if args.per_class < 1:
+            raise Refused(f"--per-class must be >= 1, got {args.per_class}")
+        short = [f"class {c!r} has {counts[c]}" for c in classes if counts[c] < args.per_class]
+        if short:
+            raise Refused(f"--per-class {args.per_class}: too few rows: {', '.join(short)}")
+        return dict.fromkeys(classes, args.per_class)
+    ratio, k, n = args.imbalance, len(classes), min(counts.values())
+    if not (math.isfinite(ratio) and ratio >= 1):
+        raise Refused(f"--imbalance must be a number >= 1, got {ratio:g}")
     if args.profile == "exp":
-        sizes = [round(n * ratio ** (-i / max(k - 1, 1))) for i in range(k)]
+        sizes = [round(n * ratio ** (-c / max(k - 1, 1))) for c in range(k)]
     else:
-        sizes = [n if i < k // 2 else round(n / ratio) for i in range(k)]
+        sizes = [n if c < k // 2 else round(n / ratio) for c in range(k)]
     return {c: max(size, 1) for c, size in zip(classes, sizes, strict=True)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("input", type=Path)
-    parser.add_argument("--per-class", type=int)
-    parser.add_argument("--imbalance", type=float)
-    parser.add_argument("--profile", choices=("exp", "step"), default="exp")
-    parser.add_argument("--order")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
+def write_csv(out: Path, rows: list[tuple[str, str]]) -> None:
+    """Write ``rows`` under a header, atomically (a temporary sibling, then ``os.replace``)."""
+    if not out.parent.is_dir():
+        raise Refused(f"output folder not found: {out.parent}")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        if (args.per_class is None) == (args.imbalance is None):
-            raise Refused("give exactly one of --per-class N or --imbalance R")
-        rows = read_rows(args.input)
-        by_class: dict[str, list[int]] = {}
-        for i, row in enumerate(rows):
-            by_class.setdefault(row["label"], []).append(i)
-        classes = class_order(set(by_class), args.order)
-        sizes = targets({c: len(v) for c, v in by_class.items()}, classes, args)
-        rng = np.random.default_rng(args.seed)
-        keep: set[int] = set()
-        for c in classes:  # one permutation per class, in class order: a function of seed
-            picked = rng.permutation(by_class[c])[: sizes[c]]
-            keep.update(int(i) for i in picked)
-    except Refused as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        with open(tmp, "x", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(["filename", "label"])
+            writer.writerows(rows)
+        os.replace(tmp, out)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise Refused(f"cannot write {out}: {err.strerror or err}") from None
+
+
+def run(args: argparse.Namespace) -> str:
+    if (args.per_class is None) == (args.imbalance is None):
+        raise Refused("give exactly one of --per-class N or --imbalance R")
+    rows = read_rows(args.input)
+    numeric = all(label.lstrip("-").isdigit() for _, label in rows)
+    by_class: dict[str, list[int]] = {}
+    for i, (_, label) in enumerate(rows):
+        by_class.setdefault(class_key(label, numeric), []).append(i)
+    classes = class_order(set(by_class), numeric, args.order)
+    sizes = target_sizes({c: len(v) for c, v in by_class.items()}, classes, args)
     if args.per_class is not None:
         name = f"{args.input.stem}_per{args.per_class}.csv"
     else:
         name = f"{args.input.stem}_lt{args.imbalance:g}_{args.profile}.csv"
-    out = args.out or args.input.with_name(name)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(["filename", "label"])
-        writer.writerows((rows[i]["filename"], rows[i]["label"]) for i in sorted(keep))
-    os.replace(tmp, out)
-    counts = ", ".join(f"{c}={sizes[c]}" for c in classes)
-    ratio = max(sizes.values()) / min(sizes.values())
-    print(f"{out}: {len(keep)} rows ({counts}; max/min {ratio:.2f})")
+    out: Path = args.out or args.input.with_name(name)
+    if out.resolve() == args.input.resolve():
+        raise Refused(f"--out {out} would overwrite the input")
+    # One permutation per class, drawn in the default class order whatever --order says, so
+    # a class's rows depend on the seed alone and smaller subsets are prefixes of larger ones.
+    rng = np.random.default_rng(args.seed)
+    keep: list[int] = []
+    for c in class_order(set(by_class), numeric, None):
+        perm = rng.permutation(len(by_class[c]))
+        keep.extend(by_class[c][int(j)] for j in perm[: sizes[c]])
+    write_csv(out, [rows[i] for i in sorted(keep)])
+    report = f"{out}: {len(keep)} rows ({', '.join(f'{c}={sizes[c]}' for c in classes)})"
+    if args.imbalance is not None:
+        report += f", max/min {max(sizes.values()) / min(sizes.values()):.2f}"
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("input", type=Path, help="CSV with columns filename,label")
+    parser.add_argument("--per-class", type=int, help="keep N rows of every class")
+    parser.add_argument("--imbalance", type=float, help="long-tailed: frequent/rare ratio R >= 1")
+    parser.add_argument("--profile", choices=("exp", "step"), default="exp")
+    parser.add_argument("--order", help="comma-separated labels, frequent to rare")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="output CSV (default: next to the input)")
+    args = parser.parse_args(argv)
+    try:
+        print(run(args))
+    except Refused as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 
