@@ -110,9 +110,17 @@ def finish_loggers(loggers: Iterable, failed: bool, checkpoint_dir: Path | None 
     """Close every logger at the end of a job, also one that raised.
 
     Lightning's WandbLogger never calls ``wandb.finish()``: without this, the next job of a
-    multirun would log into this job's W&B run.
+    multirun would log into this job's W&B run. A logger with ``upload_checkpoints`` (MLflow)
+    gets the checkpoints of a successful job before its run is marked FINISHED.
     """
     for logger in loggers:
+        upload = getattr(logger, "upload_checkpoints", None)
+        wanted = upload is not None and getattr(logger, "log_checkpoints", False)
+        if wanted and not failed and checkpoint_dir:
+            try:
+                upload(Path(checkpoint_dir))
+            except Exception as err:  # the job succeeded: a failed upload only warns
+                log.warning("could not upload checkpoints to %s: %s", type(logger).__name__, err)
         try:
             logger.finalize("failed" if failed else "success")
         except Exception as err:  # a logger failing to close must not hide the real error
