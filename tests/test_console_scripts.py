@@ -18,6 +18,7 @@ BIN = Path(sys.executable).parent
         ("experiments-train", "usage: python -m experiments.train"),
         ("experiments-eval", "usage: python -m experiments.eval"),
         ("experiments-predict", "usage: python -m experiments.predict"),
+        ("experiments-compare", "usage: python -m experiments.compare"),
     ],
 )
 def test_console_script_help_exits_0_with_usage(tmp_path, script, usage):

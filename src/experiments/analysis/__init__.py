@@ -1,0 +1,1 @@
+"""Comparing finished runs (``python -m experiments.compare``): find, group, summarize, report."""

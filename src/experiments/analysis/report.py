@@ -1,0 +1,231 @@
+"""The comparison as compare.md, compare.csv and compare.png."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from experiments.analysis.groups import Comparison, Group
+from experiments.analysis.runs import show_path
+from experiments.errors import UserError
+from experiments.runs.files import atomic_write
+from experiments.tracking.sweep_summary import _fmt
+
+CURVE_METRIC = "val/acc"
+
+
+MAX_LEGEND = 12
+
+
+def value_text(value: Any) -> str:
+    """A config value as written on a command line: ``0.01``, ``true``, ``null``, ``[1, 2]``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _config_cell(group: Group, key: str) -> str:
+    return value_text(group.config[key]) if key in group.config else "(absent)"
+
+
+def markdown(comparison: Comparison, runs_section: bool = True) -> str:
+    """``compare.md``: heading, the table (one row per group), notes, skips, runs per group."""
+    c = comparison
+    n_runs = sum(len(g.runs) for g in c.groups)
+    better = "higher" if c.mode == "max" else "lower"
+    if c.keys:
+        differ = "groups differ in: " + ", ".join(f"`{k}`" for k in c.keys)
+    else:
+        differ = "all runs share one config"
+    lines = [
+        f"# Compare: {c.metric} ({better} is better)",
+        "",
+        f"{n_runs} runs in {len(c.groups)} group{'s' if len(c.groups) != 1 else ''}; "
+        f"{differ}. Grouped by the saved config without seed, paths, hydra, task_name, "
+        f"tags, resume{''.join(f', {k}' for k in c.ignore)} and per-run output locations.",
+        "",
+    ]
+    head = ["group", *c.keys, "n"]
+    for m in c.metrics:
+        head.append(f"{m} mean ± std")
+        if m == c.metric:
+            head.append(f"{m} 95% CI")
+    lines += ["| " + " | ".join(_fmt(h) for h in head) + " |", "|" + "---|" * len(head)]
+    for group in c.groups:
+        cells = [f"{group.name} (best)" if group is c.best else group.name]
+        cells += [_fmt(_config_cell(group, k)) for k in c.keys]
+        cells.append(str(len(group.runs)))
+        for m in c.metrics:
+            s = group.stats[m]
+            cells.append(_fmt(s.mean) if s.std is None else f"{_fmt(s.mean)} ± {_fmt(s.std)}")
+            if m == c.metric:
+                cells.append("—" if s.ci_low is None else f"[{_fmt(s.ci_low)}, {_fmt(s.ci_high)}]")
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = _notes(c)
+    if notes:
+        lines += [""] + [f"Note: {n}" for n in notes]
+    if c.skipped:
+        runs = "run" if len(c.skipped) == 1 else "runs"
+        lines += ["", f"skipped {len(c.skipped)} {runs}:"]
+        lines += [f"- {_fmt(show_path(p))}: {_fmt(why)}" for p, why in c.skipped]
+    if runs_section:
+        lines += ["", "## Runs", ""]
+        for group in c.groups:
+            seeds = ", ".join(value_text(s) for s in group.seeds)
+            lines.append(f"- {group.name} (seeds {seeds}):")
+            lines += [f"  - {show_path(r.path)}" for r in group.runs]
+    return "\n".join(lines) + "\n"
+
+
+def _notes(c: Comparison) -> list[str]:
+    notes = []
+    if len(c.groups) > 1:
+        a, b = c.groups[0].stats[c.metric], c.groups[1].stats[c.metric]
+        if a.ci_low is not None and b.ci_low is not None:
+            if a.ci_low <= b.ci_high and b.ci_low <= a.ci_high:
+                notes.append(
+                    f"the 95% CIs of {c.groups[0].name} and {c.groups[1].name} overlap: "
+                    f"the difference may be seed noise."
+                )
+    single = [g.name for g in c.groups if len(g.runs) == 1]
+    if single:
+        notes.append(f"{', '.join(single)}: one run only, no std or CI.")
+    for group in c.groups:
+        seeds = [value_text(s) for s in group.seeds]
+        if len(set(seeds)) < len(seeds):
+            notes.append(
+                f"{group.name} has runs with the same seed ({', '.join(seeds)}): "
+                f"they are not independent samples."
+            )
+    return notes
+
+
+def csv_text(comparison: Comparison) -> str:
+    """``compare.csv``: one row per group, full precision, empty where n=1 has no std/CI."""
+    c = comparison
+    head = ["group", "best", *c.keys, "n", "seeds"]
+    for m in c.metrics:
+        head += [f"{m} mean", f"{m} std", f"{m} ci95_low", f"{m} ci95_high"]
+    head.append("runs")
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(head)
+    for group in c.groups:
+        row: list[Any] = [group.name, group is c.best]
+        row += [_config_cell(group, k) for k in c.keys]
+        row += [len(group.runs), " ".join(value_text(s) for s in group.seeds)]
+        for m in c.metrics:
+            s = group.stats[m]
+            row += [repr(v) if v is not None else "" for v in (s.mean, s.std, s.ci_low, s.ci_high)]
+        row.append(" ".join(str(r.path.resolve()) for r in group.runs))
+        writer.writerow(row)
+    return buf.getvalue()
+
+
+def read_curve(run_dir: Path, column: str = CURVE_METRIC) -> dict[int, float]:
+    """``{epoch: value}`` of ``column`` from ``<run>/csv/metrics.csv`` (the last row of an
+    epoch wins); ``{}`` when the file, the column or a value cannot be read."""
+    curve: dict[int, float] = {}
+    try:
+        with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader)
+            col, ep = header.index(column), header.index("epoch")
+            for row in reader:
+                if len(row) > max(col, ep) and row[col] and row[ep]:
+                    curve[int(float(row[ep]))] = float(row[col])
+    except (OSError, ValueError, StopIteration, csv.Error):
+        return {}
+    return curve
+
+
+def plot_curves(comparison: Comparison, path: Path, column: str = CURVE_METRIC) -> int:
+    """Write ``column`` by epoch per group (mean line, min–max band); return how many runs
+    had a curve (0: nothing written)."""
+    c = comparison
+    series = []
+    n_curves = 0
+    for i, group in enumerate(c.groups):
+        curves = [cv for cv in (read_curve(r.path, column) for r in group.runs) if cv]
+        n_curves += len(curves)
+        if not curves:
+            continue
+        epochs = sorted(set().union(*curves))
+        at = [[cv[e] for cv in curves if e in cv] for e in epochs]
+        mean = [math.fsum(v) / len(v) for v in at]
+        series.append((i, group, epochs, mean, [min(v) for v in at], [max(v) for v in at]))
+    if not series:
+        return 0
+
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(8, 5))
+    ax = fig.add_subplot()
+    handles = []
+    for i, group, epochs, mean, low, high in series:
+        color = f"C{i % 10}"
+        label = group.name + (" (best)" if group is c.best else "")
+        if c.keys:
+            label += ": " + ", ".join(f"{k}={_config_cell(group, k)}" for k in c.keys)
+        label = label if len(label) <= 70 else label[:67] + "..."
+        (line,) = ax.plot(
+            epochs,
+            mean,
+            color=color,
+            lw=2.2 if group is c.best else 1.3,
+            marker="o" if len(epochs) <= 30 else None,
+            ms=3,
+            label=f"{label} (n={len(group.runs)})",
+        )
+        ax.fill_between(epochs, low, high, color=color, alpha=0.15, lw=0)
+        handles.append(line)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(column)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{column} by epoch: mean per group, band = min–max over its runs", fontsize=10)
+    more = len(handles) - MAX_LEGEND
+    ax.legend(
+        handles=handles[:MAX_LEGEND],
+        fontsize=7,
+        title=f"+{more} more groups" if more > 0 else None,
+        title_fontsize=7,
+    )
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    return n_curves
+
+
+def write_report(comparison: Comparison, out: str | Path) -> list[str]:
+    """Write compare.md, compare.csv and compare.png into ``out``; return lines to print."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"out={out} is a file, not a folder")
+    md = markdown(comparison)
+    atomic_write(out / "compare.md", lambda f: f.write(md.encode()))
+    table = csv_text(comparison)
+    atomic_write(out / "compare.csv", lambda f: f.write(table.encode()))
+    metric = comparison.metric
+    column = metric if metric.startswith("val/") else CURVE_METRIC
+    n_runs = sum(len(g.runs) for g in comparison.groups)
+    png = out / "compare.png"
+    n_curves = plot_curves(comparison, png, column)
+    wrote = [str(out / "compare.md"), str(out / "compare.csv")]
+    if n_curves:
+        wrote.append(str(png))
+        lines = [f"wrote {', '.join(wrote)} ({column} curves of {n_curves} of {n_runs} runs)"]
+    else:
+        png.unlink(missing_ok=True)  # an older plot would not belong to this table
+        lines = [
+            f"wrote {', '.join(wrote)}; no compare.png: no run has {column} in csv/metrics.csv"
+        ]
+    return lines

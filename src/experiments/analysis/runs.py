@@ -1,0 +1,269 @@
+"""Finding run folders and reading them for comparison: metrics.json and the grouping
+config (the saved config minus seed and per-run locations; the rule is in
+``experiments.compare``'s docstring)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from experiments.errors import UserError
+from experiments.runs.layout import RunDir
+from experiments.tracking.sweep_summary import JOB_FILE
+
+IGNORED_SECTIONS = ("seed", "paths", "hydra", "task_name", "tags", "resume")
+
+
+LOCATION_SUFFIXES = (
+    "stats_file",
+    "dirpath",
+    "save_dir",
+    "default_root_dir",
+    "output_dir",
+    "log_dir",
+)
+
+
+LOCATION_INTERPOLATIONS = ("${paths.", "${hydra:")
+
+
+GLOB_CHARS = frozenset("*?[")
+# two-sided 95%: t(0.975, df) for df = 1..30 (scipy.stats.t.ppf, rounded to 6 decimals)
+
+
+_SEED_LINE = re.compile(rb"^seed:([^\n]*)\n?", re.M)  # the top-level seed key, as Hydra saves it
+
+
+try:  # libyaml: ~5x faster than the pure-Python parser, which matters for hundreds of runs
+    _Loader = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - PyYAML built without libyaml
+    _Loader = yaml.SafeLoader
+
+
+@dataclass
+class Run:
+    path: Path
+    metrics: dict[str, Any]
+    config: dict[str, Any]  # the grouping config: dotted key -> value as saved
+
+    @property
+    def seed(self) -> Any:
+        return self.metrics.get("seed")
+
+
+def group_config(
+    config: dict[str, Any], run_dirs: Iterable[str] = (), ignore: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The part of a saved config that defines a run's group, flattened to dotted keys.
+
+    Args:
+        config: the run's ``.hydra/config.yaml`` as loaded (unresolved).
+        run_dirs: the run's own folder as path strings; values containing one are left out.
+        ignore: more dotted keys to leave out (each with everything under it).
+
+    Returns:
+        ``{"optimizer.lr": 0.01, ...}`` without the keys of the module's grouping rule.
+    """
+    dirs = tuple(d for d in run_dirs if len(d) > 1)
+    ignored = set(IGNORED_SECTIONS) | {k.strip() for k in ignore if k.strip()}
+    flat: dict[str, Any] = {}
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            dotted = f"{prefix}{key}"
+            if dotted in ignored or str(key).endswith(LOCATION_SUFFIXES):
+                continue
+            if isinstance(value, str) and (
+                any(i in value for i in LOCATION_INTERPOLATIONS)
+                or any(_names_folder(value, d) for d in dirs)
+            ):
+                continue
+            if isinstance(value, dict) and value:
+                walk(value, f"{dotted}.")
+            else:
+                flat[dotted] = value
+
+    walk(config, "")
+    return flat
+
+
+def _names_folder(value: str, folder: str) -> bool:
+    """``value`` holds the path ``folder`` itself or a path under it (not ``folder`` + "0")."""
+    start = value.find(folder)
+    while start >= 0:
+        end = start + len(folder)
+        if end == len(value) or value[end] in "/\\":
+            return True
+        start = value.find(folder, start + 1)
+    return False
+
+
+def identity(value: Any) -> Any:
+    """A hashable stand-in for a config value: equal only for the same type and value."""
+    if type(value) is str:
+        return value
+    if isinstance(value, list | dict):
+        return ("json", json.dumps(value, sort_keys=True, default=str))
+    return (type(value).__name__, repr(value))
+
+
+def find_runs(paths: Sequence[str]) -> list[Path]:
+    """The run folders under ``paths``, each once, in order of the paths then by name.
+
+    Raises:
+        UserError: a path that does not exist and matches no file as a glob pattern.
+    """
+    found: dict[str, Path] = {}
+    missing = []
+    for arg in paths:
+        if os.path.lexists(arg):
+            targets = [arg]
+        elif GLOB_CHARS & set(arg):
+            targets = sorted(glob.glob(arg, recursive=True))
+        else:
+            targets = []
+        if not targets:
+            missing.append(arg)
+        for target in targets:
+            for run in _runs_under(Path(target)):
+                found.setdefault(os.path.realpath(run), run)
+    if missing:
+        options = [a for a in missing if "=" in a]
+        hint = (
+            f" ({', '.join(options)}: not an option; the options are metric=, mode=, out=, ignore=)"
+            if options
+            else ""
+        )
+        raise UserError(f"no such file or folder: {', '.join(missing)}{hint}")
+    return list(found.values())
+
+
+def _runs_under(path: Path) -> list[Path]:
+    if path.is_file():  # a run's metrics.json or config.yaml stands for its folder
+        if path.name == "metrics.json":
+            return [path.parent]
+        if path.name == "config.yaml" and path.parent.name == ".hydra":
+            return [path.parent.parent]
+        return []  # e.g. a sweep's summary.csv from a shell glob
+    runs, todo = [], [path]
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        names = {e.name for e in entries}
+        if "metrics.json" in names or ".hydra" in names:
+            runs.append(Path(folder))
+            continue  # nothing to find inside a run (checkpoints, csv, ...)
+        subfolders = [
+            e.path
+            for e in entries
+            if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+        ]
+        todo.extend(reversed(subfolders))  # depth-first, in name order
+    return runs
+
+
+def read_run(
+    path: Path, metric: str, ignore: Iterable[str] = (), cache: dict | None = None
+) -> Run | str:
+    """The run in ``path``, or the reason it cannot be compared (one line).
+
+    ``cache`` (one dict per ``ignore``) keeps the grouping config of each config text seen,
+    less its ``seed:`` line: the runs of a sweep share a few texts, and parsing YAML is most
+    of the time of a large comparison. A text naming the run's own folder is not cached.
+    """
+    run = RunDir(path)
+    if not run.metrics.is_file():
+        return _unfinished_reason(path)
+    try:
+        metrics = json.loads(run.metrics.read_bytes())
+    except (OSError, ValueError) as err:
+        return f"metrics.json unreadable ({_reason(err)})"
+    if not isinstance(metrics, dict):
+        return "metrics.json does not hold a JSON object"
+    if metric not in metrics:
+        return f"metrics.json has no {metric}"
+    if not is_number(metrics[metric]):
+        return f"{metric} is {metrics[metric]!r} in metrics.json, not a finite number"
+    if not run.saved_config.is_file():
+        return "no .hydra/config.yaml"
+    try:
+        raw = run.saved_config.read_bytes()
+    except OSError as err:
+        return f".hydra/config.yaml unreadable ({_reason(err)})"
+    seed_line = _SEED_LINE.search(raw)
+    if "seed" not in metrics and seed_line:
+        metrics["seed"] = _scalar(seed_line.group(1))
+    dirs = [str(path), str(path.resolve())]
+    if isinstance(metrics.get("run_dir"), str):
+        dirs.append(metrics["run_dir"])
+    key = None
+    if cache is not None and not any(d.encode() in raw for d in dirs):
+        key = raw[: seed_line.start()] + raw[seed_line.end() :] if seed_line else raw
+        if key in cache:
+            return Run(path, metrics, cache[key])
+    try:
+        config = yaml.load(raw, Loader=_Loader)
+    except (ValueError, yaml.YAMLError) as err:
+        return f".hydra/config.yaml unreadable ({_reason(err)})"
+    if not isinstance(config, dict):
+        return ".hydra/config.yaml does not hold a mapping of config keys"
+    flat = group_config(config, dirs, ignore)
+    if key is not None:
+        cache[key] = flat
+    return Run(path, metrics, flat)
+
+
+def _scalar(text: bytes) -> Any:
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except (ValueError, yaml.YAMLError):
+        return text.decode(errors="replace").strip()
+
+
+def _unfinished_reason(path: Path) -> str:
+    try:  # a sweep job that failed says why in job.json (see tracking.sweep_summary)
+        job = json.loads((path / JOB_FILE).read_bytes())
+        if job.get("status") == "failed":
+            return f"no metrics.json: the job failed ({job.get('error') or 'no error recorded'})"
+    except (OSError, ValueError, AttributeError):
+        pass
+    return "no metrics.json (unfinished or failed run)"
+
+
+def _reason(err: BaseException) -> str:
+    text = " ".join(str(err).split())[:200]
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def skipped_line(skipped: list[tuple[Path, str]]) -> str:
+    runs = "run" if len(skipped) == 1 else "runs"
+    return f"skipped {len(skipped)} {runs}: " + "; ".join(
+        f"{show_path(p)}: {why}" for p, why in skipped
+    )
+
+
+# ---------------------------------------------------------------- report
+
+
+def show_path(path: Path) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel

@@ -1,0 +1,411 @@
+"""``experiments.compare``: runs grouped by config (seed and per-run locations left out),
+mean ± std and the t confidence interval per group, skipped runs listed, one-line errors.
+
+The slow tests compare a real 2 x 3 sweep made by the train CLI; the others use small
+synthetic run folders."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from experiments.analysis.groups import compare
+from experiments.analysis.report import markdown, read_curve
+from experiments.analysis.runs import group_config
+from experiments.analysis.stats import summarize, t_quantile_975
+from experiments.compare import main
+from experiments.errors import UserError
+from tests.conftest import run_cli
+
+# ---------------------------------------------------------------- helpers
+
+
+def table_rows(md: str) -> list[list[str]]:
+    """The group rows of compare.md's table, as cells."""
+    return [
+        [c.strip() for c in line.strip("|").split(" | ")]
+        for line in md.splitlines()
+        if re.match(r"\| g\d", line)
+    ]
+
+
+def header(md: str) -> list[str]:
+    line = next(ln for ln in md.splitlines() if ln.startswith("| group"))
+    return [c.strip() for c in line.strip("|").split(" | ")]
+
+
+def config(lr: float = 0.01, seed: int = 0, **extra) -> dict:
+    """A small config shaped like a saved one (unresolved interpolations included)."""
+    cfg = {
+        "task_name": "train",
+        "seed": seed,
+        "tags": [],
+        "resume": None,
+        "optimized_metric": "val/acc",
+        "data": {
+            "root": "${paths.data_dir}/digits",
+            "batch_size": 64,
+            "stats_file": "${paths.output_dir}/data_stats.json",
+        },
+        "model": {"monitor": "${optimized_metric}", "net": {"channels": [16, 32]}},
+        "optimizer": {"_target_": "torch.optim.SGD", "lr": lr},
+        "trainer": {"max_epochs": 2, "default_root_dir": "${paths.output_dir}"},
+        "callbacks": {"ckpt": {"dirpath": "${paths.output_dir}/checkpoints"}},
+        "logger": {"csv": {"save_dir": "${paths.output_dir}", "name": "csv"}},
+        "paths": {"output_dir": "${hydra:runtime.output_dir}", "data_dir": "/data"},
+    }
+    for key, value in extra.items():
+        node = cfg
+        *parents, last = key.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return cfg
+
+
+def write_run(path: Path, cfg: dict, metrics: dict, curve: list[float] | None = None) -> Path:
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (path / ".hydra" / "overrides.yaml").write_text("[]\n")
+    (path / "metrics.json").write_text(json.dumps({"run_dir": str(path), **metrics}))
+    if curve:
+        (path / "csv").mkdir()
+        with open(path / "csv" / "metrics.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["epoch", "step", "train/loss", "val/acc", "val/loss"])
+            for epoch, acc in enumerate(curve):
+                w.writerow(["", epoch * 10, 0.5, "", ""])
+                w.writerow([epoch, epoch * 10 + 9, "", acc, 1 - acc])
+    return path
+
+
+def lr_runs(root: Path, accs: dict[float, list[float]]) -> list[Path]:
+    runs = []
+    for lr, values in accs.items():
+        for seed, acc in enumerate(values):
+            metrics = {"test/acc": acc, "val/acc": acc - 0.01, "seed": seed, "wall_time_s": 1.0}
+            run = root / f"lr{lr}-s{seed}"
+            runs.append(write_run(run, config(lr, seed), metrics, curve=[acc - 0.2, acc]))
+    return runs
+
+
+# ---------------------------------------------------------------- grouping rule
+
+
+def test_group_config_leaves_out_seed_and_per_run_locations():
+    cfg = config(
+        0.05,
+        seed=7,
+        hydra={"run": {"dir": "x"}},
+        model__export_to="/runs/1/model.onnx",  # saved resolved: the run's own folder
+        model__init_from="/runs/10/best.pt",  # another run's folder: a real choice
+        logger__wandb={"name": "${paths.job_name}", "project": "p"},
+    )
+    flat = group_config(cfg, run_dirs=["/runs/1"])
+    assert flat == {
+        "optimized_metric": "val/acc",
+        "data.batch_size": 64,
+        "model.monitor": "${optimized_metric}",  # compared as written
+        "model.net.channels": [16, 32],  # a list is one value
+        "model.init_from": "/runs/10/best.pt",
+        "optimizer._target_": "torch.optim.SGD",
+        "optimizer.lr": 0.05,
+        "trainer.max_epochs": 2,
+        "logger.csv.name": "csv",
+        "logger.wandb.project": "p",
+    }
+    assert "data.batch_size" not in group_config(cfg, ignore=["data"])
+    assert "model.net.channels" not in group_config(cfg, ignore=["model.net.channels"])
+
+
+def test_runs_group_by_config_not_by_seed_or_folder(tmp_path):
+    # configs saved resolved: every location differs per run, and must not split groups
+    for lr in (0.1, 0.2):
+        for seed in range(3):
+            run = tmp_path / "runs" / f"{lr}_{seed}"
+            cfg = config(lr, seed)
+            cfg["data"]["stats_file"] = f"{run}/data_stats.json"
+            cfg["trainer"]["default_root_dir"] = str(run)
+            cfg["model"]["onnx_file"] = f"{run}/model.onnx"
+            cfg["task_name"] = f"job{seed}"
+            write_run(run, cfg, {"test/acc": lr + seed / 100, "seed": seed})
+    # a key only one run has: a group of its own, the key absent for the others
+    odd = config(0.1, 0, trainer__deterministic=True)
+    write_run(tmp_path / "runs" / "odd", odd, {"test/acc": 0.05})
+    result = compare([str(tmp_path / "runs")])
+    assert [len(g.runs) for g in result.groups] == [3, 3, 1]
+    assert result.keys == ["optimizer.lr", "trainer.deterministic"]
+    assert [g.config["optimizer.lr"] for g in result.groups] == [0.2, 0.1, 0.1]
+    md = markdown(result)
+    assert [r[1:3] for r in table_rows(md)] == [
+        ["0.2", "(absent)"],
+        ["0.1", "(absent)"],
+        ["0.1", "true"],
+    ]
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def test_t_quantile_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for df in [*range(1, 61), 100, 1000, 10**6]:
+        assert t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=1e-6)
+    with pytest.raises(ValueError):
+        t_quantile_975(0)
+
+
+def test_summary_matches_numpy_and_scipy():
+    values = [0.91, 0.87, 0.93, 0.88, 0.9]
+    s = summarize(values)
+    assert s.n == 5
+    assert s.mean == pytest.approx(np.mean(values), abs=1e-15)
+    assert s.std == pytest.approx(np.std(values, ddof=1), rel=1e-12)
+    half = t_quantile_975(4) * np.std(values, ddof=1) / math.sqrt(5)
+    assert (s.ci_low, s.ci_high) == pytest.approx((s.mean - half, s.mean + half))
+    stats = pytest.importorskip("scipy.stats")
+    low, high = stats.t.interval(0.95, 4, loc=np.mean(values), scale=stats.sem(values))
+    assert (s.ci_low, s.ci_high) == pytest.approx((low, high), abs=1e-6)
+    one = summarize([0.5])
+    assert (one.n, one.mean, one.std, one.ci_low, one.ci_high) == (1, 0.5, None, None, None)
+
+
+def test_table_marks_best_by_mode_and_single_run_groups(tmp_path, monkeypatch, capsys):
+    lr_runs(tmp_path / "sweep", {0.01: [0.80, 0.82, 0.81], 0.05: [0.90, 0.92], 0.1: [0.5]})
+    monkeypatch.chdir(tmp_path)
+    main([str(tmp_path / "sweep"), "out=cmp"])
+    out = capsys.readouterr().out
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert out.startswith(md.split("## Runs")[0].rstrip())  # the table is printed
+    rows = table_rows(md)
+    assert [r[0] for r in rows] == ["g1 (best)", "g2", "g3"]
+    assert [(r[1], r[2]) for r in rows] == [("0.05", "2"), ("0.01", "3"), ("0.1", "1")]
+    assert rows[2][3:5] == ["0.5000", "—"]  # n=1: a mean, no std, no CI
+    assert "g3: one run only" in md
+    assert header(md)[:6] == [
+        "group",
+        "optimizer.lr",
+        "n",
+        "test/acc mean ± std",
+        "test/acc 95% CI",
+        "val/acc mean ± std",
+    ]
+    assert "wall_time_s mean ± std" in header(md) and "test/macro_f1 mean ± std" not in header(md)
+    with open(tmp_path / "cmp" / "compare.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [(r["group"], r["best"], r["n"], r["seeds"]) for r in table] == [
+        ("g1", "True", "2", "0 1"),
+        ("g2", "False", "3", "0 1 2"),
+        ("g3", "False", "1", "0"),
+    ]
+    assert float(table[1]["test/acc mean"]) == pytest.approx(0.81)
+    assert table[2]["test/acc std"] == ""
+    assert (tmp_path / "cmp" / "compare.png").read_bytes()[:4] == b"\x89PNG"
+
+    main([str(tmp_path / "sweep"), "mode=min", "metric=val/acc", "out=cmp"])
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert md.startswith("# Compare: val/acc (lower is better)")
+    assert table_rows(md)[0][:2] == ["g1 (best)", "0.1"]
+
+
+def test_read_curve_takes_the_val_rows_of_lightnings_csv(tmp_path):
+    run = write_run(tmp_path / "r", config(), {"test/acc": 0.9}, curve=[0.5, 0.7, 0.8])
+    assert read_curve(run) == {0: 0.5, 1: 0.7, 2: 0.8}
+    assert read_curve(run, "val/nope") == {}
+    assert read_curve(tmp_path / "missing") == {}
+
+
+# ---------------------------------------------------------------- finding and skipping
+
+
+def test_globs_files_and_overlapping_paths_count_each_run_once(tmp_path):
+    runs = lr_runs(tmp_path / "sweep", {0.01: [0.8, 0.81], 0.05: [0.9, 0.91]})
+    (tmp_path / "sweep" / "summary.csv").write_text("job\n")  # a file a shell glob picks up
+    result = compare(
+        [
+            str(tmp_path / "sweep"),
+            str(tmp_path / "sweep" / "*"),
+            str(runs[0]),
+            str(runs[1] / "metrics.json"),
+            str(tmp_path / "**" / "lr0.05-s1"),
+        ]
+    )
+    assert sorted(len(g.runs) for g in result.groups) == [2, 2]
+    assert not result.skipped
+
+
+def test_unreadable_runs_are_skipped_and_listed(tmp_path, monkeypatch, capsys):
+    root = tmp_path / "sweep"
+    runs = lr_runs(root, {0.01: [0.8, 0.81, 0.82], 0.05: [0.9, 0.91, 0.92]})
+    text = runs[0].joinpath("metrics.json").read_text()
+    runs[0].joinpath("metrics.json").write_text(text[: len(text) // 2])  # torn mid-write
+    runs[1].joinpath("metrics.json").write_text(json.dumps({"val/acc": 0.8}))
+    runs[2].joinpath(".hydra", "config.yaml").write_text("data: [unclosed\n  x: {")
+    runs[3].joinpath("metrics.json").write_text('{"test/acc": NaN}')
+    unfinished = root / "unfinished"
+    (unfinished / ".hydra").mkdir(parents=True)
+    (unfinished / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config()))
+    failed = root / "failed"
+    shutil.copytree(unfinished, failed)
+    (failed / "job.json").write_text(json.dumps({"status": "failed", "error": "OSError: disk"}))
+    monkeypatch.chdir(tmp_path)
+    main(["sweep", "out=cmp"])
+    out = capsys.readouterr().out
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    for text in (out, md):
+        assert "skipped 6 runs:" in text
+        assert "sweep/lr0.01-s0: metrics.json unreadable (JSONDecodeError" in text
+        assert "sweep/lr0.01-s1: metrics.json has no test/acc" in text
+        assert "sweep/lr0.01-s2: .hydra/config.yaml unreadable" in text
+        assert "sweep/lr0.05-s0: test/acc is nan in metrics.json, not a finite number" in text
+        assert "sweep/unfinished: no metrics.json (unfinished or failed run)" in text
+        assert "sweep/failed: no metrics.json: the job failed (OSError: disk)" in text
+    assert [r[:2] for r in table_rows(md)] == [["g1 (best)", "2"]]
+    assert "all runs share one config" in md
+
+
+def assert_one_line_error(res, *named: str) -> None:
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
+    assert "Traceback" not in res.stderr + res.stdout
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    for name in named:
+        assert name in lines[0]
+
+
+def test_nothing_to_compare_exits_2_in_one_line(tmp_path):
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)
+    res = run_cli("-m", "experiments.compare", str(empty), "out=cmp", cwd=tmp_path, timeout=60)
+    assert_one_line_error(res, "no runs found under", str(empty))
+    assert not (tmp_path / "cmp").exists()
+
+    torn = write_run(tmp_path / "torn" / "0", config(), {"test/acc": 0.9})
+    torn.joinpath("metrics.json").write_text('{"test/ac')
+    res = run_cli("-m", "experiments.compare", str(tmp_path / "torn"), cwd=tmp_path, timeout=60)
+    assert_one_line_error(
+        res, "no run to compare under", "skipped 1 run:", "metrics.json unreadable"
+    )
+
+    with pytest.raises(UserError, match=r"no such file or folder: .*nope.*metrc=x: not an option"):
+        compare([str(torn), str(tmp_path / "nope"), "metrc=x"])
+    with pytest.raises(UserError, match="mode=best: must be max or min"):
+        compare([str(torn)], mode="best")
+    with pytest.raises(UserError, match="at least one run folder"):
+        compare([])
+
+
+def test_help_and_imports_stay_light(tmp_path):
+    res = run_cli("-m", "experiments.compare", "--help", cwd=tmp_path, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage: python -m experiments.compare")
+    heavy = "{'torch', 'lightning', 'matplotlib', 'scipy'}"
+    code = f"import experiments.compare, sys; print(sorted({heavy} & set(sys.modules)))"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "[]", res.stderr
+
+
+# ---------------------------------------------------------------- a real sweep
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, data_dir) -> Path:
+    """2 learning rates x 3 seeds, 2 epochs of digits, by the train CLI as one -m sweep."""
+    cwd = tmp_path_factory.mktemp("compare_sweep")
+    res = run_cli(
+        "-m",
+        "experiments.train",
+        "-m",
+        "optimizer.lr=0.01,0.05",
+        "seed=0,1,2",
+        "trainer.max_epochs=2",
+        "logger=csv",
+        "data.num_workers=0",
+        f"paths.data_dir={data_dir}",
+        cwd=cwd,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    (path,) = (cwd / "outputs" / "train" / "multiruns").iterdir()
+    return path
+
+
+def sweep_metrics(sweep: Path) -> dict[float, list[dict]]:
+    by_lr: dict[float, list[dict]] = {}
+    for job in sorted(p for p in sweep.iterdir() if p.is_dir()):
+        cfg = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+        by_lr.setdefault(cfg["optimizer"]["lr"], []).append(
+            json.loads((job / "metrics.json").read_text())
+        )
+    return by_lr
+
+
+@pytest.mark.slow
+def test_real_sweep_two_groups_with_numpy_stats(sweep, tmp_path):
+    res = run_cli("-m", "experiments.compare", str(sweep), "out=cmp", cwd=tmp_path, timeout=60)
+    assert res.returncode == 0, res.stderr[-2000:]
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| g1 (best) |" in res.stdout and "6 runs in 2 groups" in res.stdout
+    assert "groups differ in: `optimizer.lr`." in md
+    assert header(md)[1:3] == ["optimizer.lr", "n"]  # the only differing key
+    by_lr = sweep_metrics(sweep)
+    rows = table_rows(md)
+    assert len(rows) == 2 and {r[2] for r in rows} == {"3"}
+    means = {lr: np.mean([m["test/acc"] for m in runs]) for lr, runs in by_lr.items()}
+    assert rows[0][1] == str(max(means, key=means.get)) and rows[0][0] == "g1 (best)"
+    columns = header(md)
+    for row in rows:
+        runs = by_lr[float(row[1])]
+        for metric in ("test/acc", "val/acc", "wall_time_s"):
+            values = [m[metric] for m in runs]
+            cell = row[columns.index(f"{metric} mean ± std")]
+            assert cell == f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}"
+    with open(tmp_path / "cmp" / "compare.csv") as f:
+        table = {float(r["optimizer.lr"]): r for r in csv.DictReader(f)}
+    for lr, runs in by_lr.items():
+        values = [m["test/acc"] for m in runs]
+        assert float(table[lr]["test/acc mean"]) == pytest.approx(np.mean(values), abs=1e-12)
+        assert float(table[lr]["test/acc std"]) == pytest.approx(np.std(values, ddof=1))
+        assert table[lr]["seeds"] == "0 1 2"
+    assert (tmp_path / "cmp" / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    assert "val/acc curves of 6 of 6 runs" in res.stdout
+
+
+@pytest.mark.slow
+def test_real_sweep_mixed_with_single_run_folders(sweep, tmp_path, monkeypatch, capsys):
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    elsewhere = tmp_path / "outputs" / "train" / "runs" / "2025-01-01_00-00-00"
+    shutil.copytree(jobs[0], elsewhere)  # the same run copied: a run of its own, same seed
+    monkeypatch.chdir(tmp_path)
+    main([str(jobs[1]), str(sweep), f"{sweep}/[0-9]", str(elsewhere), "out=cmp"])
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    rows = table_rows(md)
+    assert sorted(r[2] for r in rows) == ["3", "4"]  # 6 sweep jobs once each + the copy
+    lr0 = yaml.safe_load((jobs[0] / ".hydra" / "config.yaml").read_text())["optimizer"]["lr"]
+    assert next(r for r in rows if r[2] == "4")[1] == str(lr0)
+    assert "has runs with the same seed" in md
+    assert "skipped" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_real_sweep_torn_metrics_is_skipped(sweep, tmp_path, monkeypatch, capsys):
+    copy = Path(shutil.copytree(sweep, tmp_path / "sweep"))
+    metrics = copy / "0" / "metrics.json"
+    metrics.write_text(metrics.read_text()[:40])
+    monkeypatch.chdir(tmp_path)
+    main(["sweep", "out=cmp"])
+    out = capsys.readouterr().out
+    assert "skipped 1 run:\n- sweep/0: metrics.json unreadable (JSONDecodeError" in out
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "- sweep/0: metrics.json unreadable" in md
+    assert sorted(r[2] for r in table_rows(md)) == ["2", "3"]
