@@ -34,21 +34,16 @@ def datamodule_and_model(cfg: DictConfig):
         num_classes=datamodule.num_classes,
         **extra,
     )
-    if cfg.model.get("init_from"):
-        model.initialize_from(cfg.model.init_from)
+    if model.init_from:
+        model.initialize_from(model.init_from)
     return datamodule, model
 
 
 def _inverse_frequency_weights(datamodule) -> list[float]:
-    from experiments.errors import UserError
     from experiments.models.losses import inverse_frequency
 
-    targets = datamodule.train_targets()
-    if targets is None:
-        raise UserError(
-            "model.class_weights=auto needs the training labels, and this dataset has no "
-            ".targets; give model.class_weights=[w0, w1, ...] instead"
-        )
+    hint = "; give model.class_weights=[w0, w1, ...] instead"
+    targets = datamodule.train_targets("model.class_weights=auto", hint)
     weights = inverse_frequency(targets, datamodule.num_classes)
     log.info("model.class_weights=auto (inverse class frequency of the train split): %s", weights)
     return weights

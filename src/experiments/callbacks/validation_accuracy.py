@@ -10,6 +10,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from experiments.models.metrics import summarize
+
 log = logging.getLogger(__name__)
 
 
@@ -56,9 +58,9 @@ class ValidationAccuracy(L.Callback):
         matrix = stats.compute()[0]  # (K, K)
         if trainer.sanity_checking:
             return
-        total = matrix.sum().clamp_min(1)
-        acc = float(matrix.diag().sum() / total)
-        per_class = matrix.diag() / matrix.sum(dim=1).clamp_min(1)
+        values = summarize(matrix)  # the numbers the module logs as val/acc, val/recall/<i>
+        acc = float(values["acc"])
+        per_class = [float(values[f"recall/{i}"]) for i in range(matrix.shape[0])]
         self.epoch_acc = acc
         self.last_matrix = matrix.cpu()
         if math.isfinite(acc) and (self.best is None or acc > self.best):
@@ -69,7 +71,7 @@ class ValidationAccuracy(L.Callback):
         )
         names = self._class_names(trainer, matrix.shape[0])
         if self.log_per_class and len(names) <= 100:
-            for name, value in zip(names, per_class.tolist(), strict=True):
+            for name, value in zip(names, per_class, strict=True):
                 pl_module.log(f"val/acc_class/{name}", value, rank_zero_only=True)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:

@@ -234,19 +234,18 @@ class ImageDataModule(L.LightningDataModule):
             x, y = self._mix(x, y)  # y: (B, num_classes) soft targets
         return x, y
 
-    def train_targets(self) -> list[int] | None:
-        """The class index of every training sample, or None without ``.targets``."""
+    def train_targets(self, needed_for: str | None = None, hint: str = "") -> list[int] | None:
+        """The class index of every training sample; None without ``.targets``, or a
+        UserError naming ``needed_for`` (the option that needs them) and ``hint``."""
         subset = self.train_set
         targets = getattr(subset.dataset, "targets", None) if subset is not None else None
-        if targets is None:
-            return None
-        return [int(targets[i]) for i in subset.indices]
-
-    def _balanced_targets(self) -> list[int]:
-        targets = self.train_targets()
-        if targets is None:
-            raise UserError("data.sampler=balanced needs a dataset with .targets (class labels)")
-        return targets
+        if targets is not None:
+            return [int(targets[i]) for i in subset.indices]
+        if needed_for is not None:
+            raise UserError(
+                f"{needed_for} needs the training labels, and this dataset has no .targets{hint}"
+            )
+        return None
 
     def use_weights_stats(self, mean: list[float], std: list[float]) -> None:
         """Normalize with pretrained weights' statistics when ``mean``/``std`` are ``auto``
@@ -280,7 +279,8 @@ class ImageDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        targets = self._balanced_targets() if self.sampler == "balanced" else None
+        balanced = self.sampler == "balanced"
+        targets = self.train_targets("data.sampler=balanced") if balanced else None
         return train_loader(
             self.train_set,
             getattr(self, "trainer", None),

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from experiments.errors import UserError
-from experiments.models.weights_fit import load_fitted
+from experiments.models.weights_fit import first_conv, load_fitted
 
 log = logging.getLogger(__name__)
 
@@ -164,10 +164,10 @@ def head_prefix(net: nn.Module) -> str:
 
 
 def _first_conv(net: nn.Module) -> tuple[str, nn.Conv2d]:
-    for module_name, module in net.named_modules():
-        if isinstance(module, nn.Conv2d):
-            return module_name, module
-    raise UserError(f"{type(net).__name__} has no Conv2d stem to adapt to the input channels")
+    found = first_conv(net)
+    if found is None:
+        raise UserError(f"{type(net).__name__} has no Conv2d stem to adapt to the input channels")
+    return found
 
 
 def _set_module(net: nn.Module, dotted: str, module: nn.Module) -> None:

@@ -10,10 +10,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from experiments.errors import UserError
-
-
-def under(name: str, prefixes: Sequence[str]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
+from experiments.models.weights_fit import under
 
 
 def resolve_head(net: nn.Module, head: str | None) -> str:
@@ -70,14 +67,14 @@ def drop_backbone_grads(net: nn.Module, head: str) -> None:
 def freeze_for_good(net: nn.Module, prefixes: list[str]) -> None:
     names = [name for name, _ in net.named_parameters()]
     for prefix in prefixes:
-        hits = [n for n in names if n == prefix or n.startswith(prefix + ".")]
+        hits = [n for n in names if under(n, [prefix])]
         if not hits:
             top = sorted({n.split(".")[0] for n in names})
             raise UserError(
                 f"model.freeze: {prefix!r} matches no parameter; top-level names are {top}"
             )
     for name, param in net.named_parameters():
-        if any(name == p or name.startswith(p + ".") for p in prefixes):
+        if under(name, prefixes):
             param.requires_grad_(False)
     if prefixes and not any(p.requires_grad for p in net.parameters()):
         raise UserError(f"model.freeze={prefixes} freezes every parameter; nothing would train")

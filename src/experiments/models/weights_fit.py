@@ -64,8 +64,14 @@ def adapt_channels(weight: torch.Tensor, channels: int) -> torch.Tensor:
     return cycled * (weight.shape[1] / channels)
 
 
-def _under(key: str, prefixes: Sequence[str]) -> bool:
-    return any(key == p or key.startswith(p + ".") for p in prefixes)
+def under(name: str, prefixes: Sequence[str]) -> bool:
+    """Whether parameter / module ``name`` is one of ``prefixes`` or inside one of them."""
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def first_conv(net: nn.Module) -> tuple[str, nn.Conv2d] | None:
+    """The first ``nn.Conv2d`` of ``net`` (its input stem) with its name, or None."""
+    return next(((n, m) for n, m in net.named_modules() if isinstance(m, nn.Conv2d)), None)
 
 
 def load_fitted(
@@ -93,13 +99,14 @@ def load_fitted(
     """
     state = read_weights(source)
     own = net.state_dict()
-    first_conv = next((n for n, m in net.named_modules() if isinstance(m, nn.Conv2d)), None)
+    stem = first_conv(net)
+    stem_weight = f"{stem[0]}.weight" if stem is not None else None
     fitted: dict[str, torch.Tensor] = {}
     report: dict[str, list[str]] = {"loaded": [], "adapted": [], "new": [], "skipped": []}
     wrong: list[str] = []  # "name (file shape) vs (net shape)"
     wrong_keys: list[str] = []
     for key, target in own.items():
-        if _under(key, exclude) or (key not in state and _under(key, new_ok)):
+        if under(key, exclude) or (key not in state and under(key, new_ok)):
             report["new"].append(key)
             continue
         if key not in state:
@@ -109,19 +116,19 @@ def load_fitted(
             fitted[key] = value
             report["loaded"].append(key)
         elif (
-            key == f"{first_conv}.weight"
+            key == stem_weight
             and value.ndim == 4
             and value.shape[:1] + value.shape[2:] == target.shape[:1] + target.shape[2:]
         ):
             fitted[key] = adapt_channels(value, target.shape[1])
             report["adapted"].append(key)
-        elif _under(key, new_ok):
+        elif under(key, new_ok):
             report["new"].append(key)
         else:
             wrong.append(f"{key} {tuple(value.shape)} vs {tuple(target.shape)}")
             wrong_keys.append(key)
     missing = [k for k in own if k not in state and k not in report["new"]]
-    unexpected = [k for k in state if k not in own and not _under(k, new_ok)]
+    unexpected = [k for k in state if k not in own and not under(k, new_ok)]
     report["skipped"] = sorted([k for k in state if k not in own] + wrong_keys)
     problems = [
         (f"{len(missing)} missing", missing),
