@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from experiments.config.dotted import dotted_leaves
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir
 from experiments.tracking.sweep_summary import JOB_FILE
@@ -75,25 +76,16 @@ def group_config(
     """
     dirs = tuple(d for d in run_dirs if len(d) > 1)
     ignored = set(IGNORED_SECTIONS) | {k.strip() for k in ignore if k.strip()}
-    flat: dict[str, Any] = {}
 
-    def walk(node: dict, prefix: str) -> None:
-        for key, value in node.items():
-            dotted = f"{prefix}{key}"
-            if dotted in ignored or str(key).endswith(LOCATION_SUFFIXES):
-                continue
-            if isinstance(value, str) and (
-                any(i in value for i in LOCATION_INTERPOLATIONS)
-                or any(_names_folder(value, d) for d in dirs)
-            ):
-                continue
-            if isinstance(value, dict) and value:
-                walk(value, f"{dotted}.")
-            else:
-                flat[dotted] = value
+    def skip(dotted: str, key: str, value: Any) -> bool:
+        if dotted in ignored or key.endswith(LOCATION_SUFFIXES):
+            return True
+        return isinstance(value, str) and (
+            any(i in value for i in LOCATION_INTERPOLATIONS)
+            or any(_names_folder(value, d) for d in dirs)
+        )
 
-    walk(config, "")
-    return flat
+    return dict(dotted_leaves(config, skip))
 
 
 def _names_folder(value: str, folder: str) -> bool:

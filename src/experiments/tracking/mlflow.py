@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.config.dotted import dotted_leaves
+
 log = logging.getLogger(__name__)
 
 # MLflow's limits on a param's key and value (mlflow.utils.validation, mlflow >= 2.10)
@@ -28,12 +30,8 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str
     longer than MLflow's limit are left out with a warning.
     """
     flat: dict[str, str] = {}
-    for key, value in params.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten_params(value, name))
-            continue
-        name = re.sub(r"[^/\w.\- :]", "_", name)
+    for dotted, value in dotted_leaves(params, prefix=f"{prefix}." if prefix else ""):
+        name = re.sub(r"[^/\w.\- :]", "_", dotted)
         if len(name) > MAX_KEY_LENGTH:
             log.warning(
                 "MLflow: param %s... left out (key over %d characters)", name[:60], MAX_KEY_LENGTH
