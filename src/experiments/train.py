@@ -45,6 +45,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     import lightning as L
 
     from experiments import build
+    from experiments.callbacks.trial_reporter import trial_reporter
     from experiments.config.targets import check_signatures
     from experiments.runs.lock import RunLock
     from experiments.runs.provenance import write_environment
@@ -64,7 +65,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         with _before_training():  # a mistake found while building exits 2, as config errors
             datamodule, model = build.datamodule_and_model(cfg)
             loggers = build.loggers(cfg, run_dir, resuming=resume_from is not None)
-            callbacks = build.callbacks(cfg, with_logger=bool(loggers))
+            callbacks = build.callbacks(cfg, with_logger=bool(loggers)) + trial_reporter(cfg)
             trainer = build.trainer(cfg, callbacks, loggers)
         if trainer.is_global_zero:
             write_environment(run_dir, cfg.seed, str(trainer.strategy.root_device), git())
@@ -74,7 +75,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
             "seed": cfg.seed,
             "run_dir": str(run_dir.resolve()),
             "wall_time_s": round(time.perf_counter() - start, 3),
+            "params": sum(p.numel() for p in model.parameters()),
             **_progress(trainer, callbacks),
+            **_pruned(callbacks),
         }
         if trainer.is_global_zero:
             from experiments.runs.files import write_json
@@ -120,7 +123,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
                 for stale in RunDir(cfg.paths.output_dir).hpc_checkpoints():
                     stale.unlink(missing_ok=True)
             metrics = _scalars(trainer.callback_metrics)
-            if cfg.get("test"):
+            if cfg.get("test") and not _pruned(callbacks):  # a pruned trial is a loser
                 metrics.update(_test(cfg, trainer, model, datamodule, checkpoints, loggers))
         except SIGTERMException:  # Lightning's signal path; the guard saved a checkpoint
             signum = guard.signum if guard is not None and guard.signum else 15
@@ -165,6 +168,16 @@ def _progress(trainer, callbacks) -> dict[str, int]:
         last = json.loads(sidecar.read_text())
         return {"epochs": last["epoch"] + 1, "global_step": last["global_step"]}
     return {"epochs": trainer.current_epoch, "global_step": trainer.global_step}
+
+
+def _pruned(callbacks) -> dict[str, int]:
+    """``{"pruned_at_epoch": N}`` when an Optuna pruner stopped this trial."""
+    from experiments.callbacks import TrialReporter
+
+    for callback in callbacks:
+        if isinstance(callback, TrialReporter) and callback.pruned_at_epoch is not None:
+            return {"pruned_at_epoch": callback.pruned_at_epoch}
+    return {}
 
 
 def _scalars(values) -> dict[str, float]:

@@ -5,6 +5,7 @@ from experiments.callbacks.profiling import Profiling
 from experiments.callbacks.progress import TerseProgressBar
 from experiments.callbacks.state_dict_checkpoint import StateDictCheckpoint
 from experiments.callbacks.torch_compile import TorchCompile
+from experiments.callbacks.trial_reporter import TrialReporter
 from experiments.callbacks.validation_accuracy import ValidationAccuracy
 
 __all__ = [
@@ -13,5 +14,6 @@ __all__ = [
     "StateDictCheckpoint",
     "TerseProgressBar",
     "TorchCompile",
+    "TrialReporter",
     "ValidationAccuracy",
 ]

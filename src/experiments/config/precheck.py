@@ -97,10 +97,26 @@ def precheck(argv: list[str], conf_dir: str, config_name: str = "train") -> list
     validate(cfg)
     check_targets(OmegaConf.to_container(cfg, resolve=False))
     check_task_layout()
-    if multirun and any(o.startswith(("hydra/launcher=", "hydra.launcher.")) for o in probe):
-        # the launcher's settings live in the hydra section, composed only on request
-        check_slurm_launcher(compose_or_fail(conf_dir, config_name, probe, with_hydra=True))
+    hydra_keys = ("hydra/launcher=", "hydra.launcher.", "hparams_search=", "hydra.sweeper.")
+    if multirun and any(o.startswith(hydra_keys) for o in probe):
+        # the launcher's and sweeper's settings live in the hydra section, composed on request
+        with_hydra = compose_or_fail(conf_dir, config_name, probe, with_hydra=True)
+        check_slurm_launcher(with_hydra)
+        check_sweeper(with_hydra)
     return argv
+
+
+def check_sweeper(cfg: DictConfig) -> None:
+    """Our Optuna sweeper's settings (pruner, sampler, directions), before any trial runs."""
+    target = str(OmegaConf.select(cfg, "hydra.sweeper._target_", default="") or "")
+    if not target.startswith("hydra_plugins.experiments_optuna."):
+        return
+    from hydra_plugins.experiments_optuna.sweeper import check_settings
+
+    try:
+        check_settings(OmegaConf.to_container(cfg.hydra.sweeper, resolve=True))
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
 
 def compose_or_fail(

@@ -54,6 +54,7 @@ class SweepSummary(Callback):
             job_dir / JOB_FILE,
             {
                 "num": hydra_cfg.job.num,
+                "trial": _trial_number(hydra_cfg),
                 "overrides": list(job_return.overrides or []),
                 "status": "failed" if failed else "ok",
                 "error": error,
@@ -83,6 +84,14 @@ class SweepSummary(Callback):
             )
 
 
+def _trial_number(hydra_cfg) -> int | None:
+    """The Optuna trial this job ran, when our Optuna sweeper launched it."""
+    from experiments.tracking.optuna_study import TRIAL_ENV
+
+    number = (hydra_cfg.job.get("env_set") or {}).get(TRIAL_ENV)
+    return int(number) if number is not None else None
+
+
 def _one_line(err: Any) -> str:
     if isinstance(err, BaseException):
         from experiments.errors import find_user_error, one_line
@@ -95,31 +104,49 @@ def _one_line(err: Any) -> str:
 def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
     """One dict per job folder of ``sweep_dir`` that has a ``job.json``."""
     rows = []
+    pareto = _pareto_trials(sweep_dir)
     for job_file in sorted(sweep_dir.glob(f"*/{JOB_FILE}")):
         job = json.loads(job_file.read_text())
         metrics_file = job_file.parent / "metrics.json"
         metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
         value = metrics.get(metric, job.get("value"))
+        status = job["status"]
+        if status == "ok" and metrics.get("pruned_at_epoch") is not None:
+            status = f"pruned@{metrics['pruned_at_epoch'] + 1}"  # at the end of epoch N
         row = {
             "job": job["num"],
             "overrides": " ".join(job["overrides"]),
             metric: value,
             **{k: metrics.get(k) for k in TEST_KEYS},
             "wall_time_s": job.get("wall_time_s"),
-            "status": job["status"],
+            "status": status,
             "error": job.get("error") or "",
             "dir": job_file.parent.name,
         }
+        if pareto is not None:
+            row["pareto"] = "yes" if job.get("trial") in pareto else ""
         rows.append(row)
     return rows
+
+
+def _pareto_trials(sweep_dir: Path) -> set[int] | None:
+    """Trial numbers on the Pareto front of a multi-objective Optuna search, else None."""
+    results = sweep_dir / "optimization_results.yaml"
+    if not results.is_file():
+        return None
+    import yaml
+
+    front = (yaml.safe_load(results.read_text()) or {}).get("pareto_front")
+    return None if front is None else {p["trial"] for p in front}
 
 
 def _sort_key(metric: str, mode: str):
     def key(row):
         value = row.get(metric)
         if not isinstance(value, int | float) or not math.isfinite(value):
-            return (1, 0.0)  # failed / missing last
-        return (0, -value if mode == "max" else value)
+            return (2, 0.0)  # failed / missing last
+        pruned = str(row.get("status", "")).startswith("pruned")
+        return (int(pruned), -value if mode == "max" else value)  # pruned after finished
 
     return key
 
@@ -154,8 +181,10 @@ def _fmt(value: Any) -> str:
 
 def _markdown(rows, fields, metric, mode) -> str:
     ok = sum(r["status"] == "ok" for r in rows)
+    pruned = sum(str(r["status"]).startswith("pruned") for r in rows)
+    counts = f"{ok} ok, {pruned} pruned" if pruned else f"{ok} ok"
     head = (
-        f"# Sweep summary\n\n{len(rows)} jobs, {ok} ok, {len(rows) - ok} failed; "
+        f"# Sweep summary\n\n{len(rows)} jobs, {counts}, {len(rows) - ok - pruned} failed; "
         f"sorted by {metric} ({mode}).\n\n"
     )
     shown = [f for f in fields if f != "dir"]

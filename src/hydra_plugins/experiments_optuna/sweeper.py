@@ -1,10 +1,18 @@
-"""An Optuna sweeper for Hydra: ask Optuna for trials, launch them as Hydra jobs through the
-configured launcher, tell Optuna the returned metric. Failed trials are recorded as failed
-and the search goes on; the study lives in SQLite under the sweep dir, so re-running the
-same command with the same ``hydra.sweep.dir`` resumes it."""
+"""An Optuna sweeper for Hydra with asynchronous workers: each of ``n_jobs`` workers asks
+Optuna for a trial, runs it as a Hydra job through the configured launcher, tells Optuna
+the result and asks for the next, so no worker waits on another's trial (there is no batch
+barrier). Trials report ``optimized_metric`` every epoch, and a pruner (``median``,
+``asha``, ``hyperband``) can stop losers early. ``objectives`` makes the study
+multi-objective, with the Pareto front in ``optimization_results.yaml`` and the summary.
 
+Failed trials are recorded as failed and the search goes on. The study lives in SQLite
+(or a journal file) under the sweep dir, so re-running the same command with the same
+``hydra.sweep.dir`` resumes it."""
+
+import json
 import logging
 import math
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +26,15 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-log = logging.getLogger(__name__)
+from experiments.tracking.optuna_study import (
+    DIRECTIONS,
+    PRUNERS,
+    SAMPLERS,
+    TRIAL_ENV,
+    open_study,
+)
 
-DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
+log = logging.getLogger(__name__)
 
 
 class SweepFailed(Exception):
@@ -34,18 +48,34 @@ class OptunaSweeperConf:
     direction: str = "maximize"
     # total trials of the study, counting those of an earlier, interrupted run
     n_trials: int = 10
-    # trials launched together (parallel with a parallel launcher, e.g. joblib)
+    # workers, each running one trial at a time (in parallel with a parallel launcher,
+    # e.g. hydra/launcher=joblib; Hydra's basic launcher runs one trial at a time)
     n_jobs: int = 1
     seed: int | None = None
+    # tpe | random (random: the same trials whatever the results, e.g. to measure pruning)
+    sampler: str = "tpe"
     # random trials before TPE starts modelling (Optuna's default of 10 makes short
     # searches purely random)
     n_startup_trials: int = 3
-    # None: sqlite:///<sweep_dir>/optuna.db
+    # none | median | asha | hyperband: stop trials whose epoch values are losing
+    pruner: str = "none"
+    # epochs every trial runs before it may be pruned
+    pruner_warmup_epochs: int = 1
+    # median: trials that must finish before any is pruned
+    pruner_startup_trials: int = 4
+    # None: sqlite:///<sweep_dir>/optuna.db; journal: <sweep_dir>/optuna.journal (shared
+    # file systems); or any Optuna storage URL
     storage: str | None = None
     study_name: str | None = None
     # search space in Hydra's sweep syntax: key: interval(a, b) | tag(log, interval(a, b))
     # | choice(a, b, ...) | range(start, stop, step)
     params: dict[str, str] = field(default_factory=dict)
+    # multi-objective: {metric: maximize|minimize}, read from each job's metrics.json
+    # (e.g. {val/acc: maximize, params: minimize}); None: optimized_metric and direction
+    # (typed Any: OmegaConf cannot merge a dict from the command line into a None dict)
+    objectives: Any = None
+    # trials to run first, e.g. [{optimizer.lr: 0.01}] (a known good config)
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
 
 
 ConfigStore.instance().store(
@@ -56,30 +86,45 @@ ConfigStore.instance().store(
 )
 
 
+def check_settings(settings: dict) -> None:
+    """Raise ValueError naming the ``hydra.sweeper`` key that cannot work."""
+    direction = settings.get("direction", "maximize")
+    if direction not in DIRECTIONS:
+        raise ValueError(f"hydra.sweeper.direction={direction!r}: use maximize or minimize")
+    objectives = settings.get("objectives") or {}
+    if not isinstance(objectives, dict):
+        raise ValueError(
+            f"hydra.sweeper.objectives={objectives!r}: give {{metric: maximize|minimize, ...}}, "
+            "e.g. {val/acc:maximize,params:minimize}"
+        )
+    for metric, way in objectives.items():
+        if way not in DIRECTIONS:
+            raise ValueError(f"hydra.sweeper.objectives.{metric}={way!r}: use maximize or minimize")
+    if settings.get("n_trials", 1) < 1 or settings.get("n_jobs", 1) < 1:
+        raise ValueError("hydra.sweeper.n_trials and n_jobs must be >= 1")
+    pruner = settings.get("pruner") or "none"
+    if pruner not in PRUNERS:
+        raise ValueError(f"hydra.sweeper.pruner={pruner!r}: use one of {', '.join(PRUNERS)}")
+    if pruner != "none" and len(settings.get("objectives") or {}) > 1:
+        raise ValueError(
+            f"hydra.sweeper.pruner={pruner}: Optuna prunes single-objective studies only; "
+            "use pruner=none with several objectives"
+        )
+    sampler = settings.get("sampler", "tpe")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"hydra.sweeper.sampler={sampler!r}: use one of {', '.join(SAMPLERS)}")
+
+
 class OptunaSweeper(Sweeper):
-    def __init__(
-        self,
-        direction: str,
-        n_trials: int,
-        n_jobs: int,
-        seed: int | None,
-        n_startup_trials: int,
-        storage: str | None,
-        study_name: str | None,
-        params: dict[str, str],
-    ) -> None:
-        if direction not in DIRECTIONS:
-            raise ValueError(f"hydra.sweeper.direction={direction!r}: use maximize or minimize")
-        if n_trials < 1 or n_jobs < 1:
-            raise ValueError("hydra.sweeper.n_trials and n_jobs must be >= 1")
-        self.direction = DIRECTIONS[direction]
-        self.n_trials = n_trials
-        self.n_jobs = n_jobs
-        self.seed = seed
-        self.n_startup_trials = n_startup_trials
-        self.storage = storage
-        self.study_name = study_name
-        self.params = dict(params or {})
+    def __init__(self, **settings: Any) -> None:
+        settings = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
+                    for k, v in settings.items()}  # fmt: skip
+        check_settings(settings)
+        self.settings = settings
+        self.n_trials = settings["n_trials"]
+        self.n_jobs = settings["n_jobs"]
+        self.objectives = dict(settings.get("objectives") or {})
+        self.params = dict(settings.get("params") or {})
         self.config: DictConfig | None = None
         self.launcher = None
 
@@ -91,16 +136,41 @@ class OptunaSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config
         )
 
-    def sweep(self, arguments: list[str]) -> Any:  # noqa: C901 (one linear loop)
-        import optuna
+    def sweep(self, arguments: list[str]) -> Any:
         from optuna.trial import TrialState
 
+        space, fixed = self._space(arguments)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        name = self.settings.get("study_name") or sweep_dir.name
+        study = open_study(self.settings, sweep_dir, name, create=True)
+        for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study.tell(stale.number, state=TrialState.FAIL)  # interrupted last time
+        if not study.trials:
+            for params in self.settings.get("enqueue") or []:
+                study.enqueue_trial(dict(params))
+        # trials enqueued but not yet run (WAITING) are still to do
+        done_before = sum(t.state != TrialState.WAITING for t in study.trials)
+        if done_before:
+            log.info("resuming study %s: %d trials already done", name, done_before)
+        failures = self._run_workers(study, space, fixed, done_before)
+        self._write_results(study, sweep_dir, name)
+        if failures:
+            raise SweepFailed(
+                f"{len(failures)} of {self.n_trials - done_before} trials failed "
+                f"(trials {sorted(failures)}); see {sweep_dir / 'summary.md'}"
+            )
+        return study
+
+    def _space(self, arguments: list[str]):
+        """The search space (config params + command-line sweeps) and the fixed overrides."""
         parser = OverridesParser.create()
         space_overrides = parser.parse_overrides([f"{k}={v}" for k, v in self.params.items()])
-        cli = parser.parse_overrides(arguments)
         space = {o.get_key_element(): _distribution(o) for o in space_overrides}
         fixed = []
-        for override in cli:  # command-line sweeps join the space; plain values stay fixed
+        for override in parser.parse_overrides(arguments):
+            # command-line sweeps join the space; plain values stay fixed
             if override.is_sweep_override():
                 space[override.get_key_element()] = _distribution(override)
             else:
@@ -108,68 +178,141 @@ class OptunaSweeper(Sweeper):
                 fixed.append(override.input_line)
         if not space:
             raise ValueError("hydra.sweeper.params is empty: nothing to search")
+        return space, fixed
 
-        sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        storage = self.storage or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
-        name = self.study_name or sweep_dir.name
-        sampler = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(
-            study_name=name,
-            storage=storage,
-            sampler=sampler,
-            direction=self.direction,
-            load_if_exists=True,
-        )
-        for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study.tell(stale.number, state=TrialState.FAIL)  # interrupted last time
-        finished = len(study.trials)
-        if finished:
-            log.info("resuming study %s: %d trials already done (%s)", name, finished, storage)
-        job_idx, failures = finished, []
-        while finished < self.n_trials:
-            batch = min(self.n_jobs, self.n_trials - finished)
-            trials = [study.ask(space) for _ in range(batch)]
-            jobs = [fixed + [f"{k}={_format(v)}" for k, v in t.params.items()] for t in trials]
-            returns = self.launcher.launch(jobs, initial_job_idx=job_idx)
-            for trial, ret in zip(trials, returns, strict=True):
-                value = ret._return_value if ret.status == JobStatus.COMPLETED else None
-                if isinstance(value, int | float) and math.isfinite(value):
-                    study.tell(trial, float(value))
-                else:
-                    study.tell(trial, state=TrialState.FAIL)
-                    failures.append(trial.number)
-                    log.warning("trial %d failed: %s", trial.number, _describe(ret, value))
-            job_idx += batch
-            finished += batch
+    def _workers(self) -> int:
+        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
-        done = [t for t in study.trials if t.state == TrialState.COMPLETE]
-        if done:
+        if isinstance(self.launcher, BasicLauncher) and self.n_jobs > 1:
+            log.warning(
+                "hydra.sweeper.n_jobs=%d: Hydra's basic launcher runs one trial at a time in "
+                "this process; use hydra/launcher=joblib (or a SLURM launcher) for parallel "
+                "trials",
+                self.n_jobs,
+            )
+            return 1
+        return self.n_jobs
+
+    def _run_workers(self, study, space, fixed, done_before: int) -> list[int]:
+        """Run the remaining trials on ``n_jobs`` workers; each asks for its next trial as
+        soon as its last one ends. Returns the numbers of failed trials."""
+        lock = threading.Lock()
+        todo = {"left": self.n_trials - done_before, "next_job": done_before}
+        failures: list[int] = []
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    if todo["left"] <= 0 or errors:
+                        return
+                    todo["left"] -= 1
+                    trial = study.ask(space)
+                    job_idx = todo["next_job"]
+                    todo["next_job"] += 1
+                overrides = [
+                    *fixed,
+                    *(f"{k}={_format(v)}" for k, v in trial.params.items()),
+                    f"+hydra.job.env_set.{TRIAL_ENV}={trial.number}",
+                ]
+                try:
+                    (ret,) = self.launcher.launch([overrides], initial_job_idx=job_idx)
+                except BaseException as err:  # the launcher itself broke: stop the search
+                    with lock:
+                        study.tell(trial, state=_states().FAIL)
+                        errors.append(err)
+                    return
+                with lock:
+                    if not self._tell(study, trial, ret):
+                        failures.append(trial.number)
+
+        threads = [
+            threading.Thread(target=worker, name=f"optuna-worker-{i}", daemon=True)
+            for i in range(self._workers())
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        return failures
+
+    def _tell(self, study, trial, ret) -> bool:
+        """Tell Optuna how the trial's job ended; False if it failed."""
+        states = _states()
+        if ret.status != JobStatus.COMPLETED:
+            study.tell(trial, state=states.FAIL)
+            log.warning("trial %d failed: %s", trial.number, _describe(ret, None))
+            return False
+        # the job wrote to the storage: read it afresh (a Trial caches its attributes)
+        (fresh,) = (t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
+        if fresh.user_attrs.get("pruned_at_epoch") is not None:
+            study.tell(trial, state=states.PRUNED)
+            return True
+        values = self._values(ret)
+        if values is None:
+            study.tell(trial, state=states.FAIL)
+            log.warning("trial %d failed: %s", trial.number, _describe(ret, ret._return_value))
+            return False
+        study.tell(trial, values if len(values) > 1 else values[0])
+        return True
+
+    def _values(self, ret) -> list[float] | None:
+        """The objective values of a finished job: its return value, or with ``objectives``
+        the named metrics of its ``metrics.json``."""
+        if self.objectives:
+            metrics_file = Path(ret.hydra_cfg.hydra.runtime.output_dir) / "metrics.json"
+            metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+            values = [metrics.get(k) for k in self.objectives]
+        else:
+            values = [ret._return_value]
+        ok = all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+        return [float(v) for v in values] if ok else None
+
+    def _write_results(self, study, sweep_dir: Path, name: str) -> None:
+        """``optimization_results.yaml``: the best trial, or the Pareto front."""
+        states = _states()
+        done = [t for t in study.trials if t.state == states.COMPLETE]
+        if not done:
+            return
+        counts = {s.name.lower(): 0 for s in (states.COMPLETE, states.PRUNED, states.FAIL)}
+        for t in study.trials:
+            if t.state.name.lower() in counts:
+                counts[t.state.name.lower()] += 1
+        result: dict[str, Any] = {"name": name, "n_trials": len(study.trials), **counts}
+        if self.objectives:
+            front = sorted(study.best_trials, key=lambda t: t.number)
+            result["objectives"] = {k: DIRECTIONS[v] for k, v in self.objectives.items()}
+            result["pareto_front"] = [
+                {"trial": t.number, "values": dict(zip(self.objectives, t.values, strict=True)),
+                 "params": t.params}
+                for t in front
+            ]  # fmt: skip
+            log.info("Pareto front: %d of %d trials", len(front), len(study.trials))
+        else:
             best = study.best_trial
-            result = {
-                "name": name,
-                "storage": storage,
-                "direction": self.direction,
-                "best_value": best.value,
-                "best_params": best.params,
-                "best_trial": best.number,
-                "n_trials": len(study.trials),
-            }
-            OmegaConf.save(OmegaConf.create(result), sweep_dir / "optimization_results.yaml")
+            direction = DIRECTIONS[self.settings.get("direction", "maximize")]
+            result.update(
+                direction=direction,
+                best_value=best.value,
+                best_params=best.params,
+                best_trial=best.number,
+            )
             log.info(
-                "best %s = %.4f with %s",
+                "best %s = %.4f with %s (%s)",
                 self.config.get("optimized_metric", "value"),
                 best.value,
                 best.params,
+                ", ".join(f"{v} {k}" for k, v in counts.items()),
             )
-        if failures:
-            raise SweepFailed(
-                f"{len(failures)} of {finished} trials failed "
-                f"(trials {failures}); see {sweep_dir / 'summary.md'}"
-            )
-        return study
+        OmegaConf.save(OmegaConf.create(result), sweep_dir / "optimization_results.yaml")
+
+
+def _states():
+    from optuna.trial import TrialState
+
+    return TrialState
 
 
 def _distribution(override: Override):

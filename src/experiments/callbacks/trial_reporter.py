@@ -1,0 +1,88 @@
+"""Report ``optimized_metric`` to this job's Optuna trial every epoch; stop when pruned."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+from experiments.tracking.optuna_study import TRIAL_ENV, open_study
+
+log = logging.getLogger(__name__)
+
+
+class TrialReporter(L.Callback):
+    """Reports ``monitor`` to the Optuna trial after every validation and stops training
+    when the study's pruner prunes the trial (``pruned_at_epoch`` says when).
+
+    Only global rank 0 talks to the study; its decision is broadcast, so every DDP rank
+    stops at the same epoch.
+    """
+
+    def __init__(self, settings: Mapping[str, Any], sweep_dir: Path, name: str, number: int,
+                 monitor: str) -> None:  # fmt: skip
+        self.settings = dict(settings)
+        self.sweep_dir = Path(sweep_dir)
+        self.name = name
+        self.number = number
+        self.monitor = monitor
+        self.pruned_at_epoch: int | None = None
+        self._trial = None
+
+    def _open(self):
+        import optuna
+
+        study = open_study(self.settings, self.sweep_dir, self.name, create=False)
+        trial_id = study._storage.get_trial_id_from_study_id_trial_number(
+            study._study_id, self.number
+        )
+        return optuna.trial.Trial(study, trial_id)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking:
+            return
+        prune = False
+        value = trainer.callback_metrics.get(self.monitor)
+        if trainer.is_global_zero and value is not None:
+            if self._trial is None:
+                self._trial = self._open()
+            epoch = trainer.current_epoch
+            self._trial.report(float(value), step=epoch)
+            prune = self._trial.should_prune()
+            if prune:
+                self._trial.set_user_attr("pruned_at_epoch", epoch)
+                log.info(
+                    "pruned by the %s pruner at epoch %d (%s=%.4f)",
+                    self.settings.get("pruner"),
+                    epoch + 1,
+                    self.monitor,
+                    float(value),
+                )
+        if trainer.world_size > 1:
+            prune = trainer.strategy.broadcast(prune, src=0)
+        if prune:
+            self.pruned_at_epoch = trainer.current_epoch
+            trainer.should_stop = True
+
+
+def trial_reporter(cfg) -> list[TrialReporter]:
+    """``[TrialReporter]`` when this job is a trial of our Optuna sweeper that prunes."""
+    number = os.environ.get(TRIAL_ENV)
+    if number is None:
+        return []
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    if not HydraConfig.initialized():
+        return []
+    hydra_cfg = HydraConfig.get()
+    settings = OmegaConf.to_container(hydra_cfg.sweeper, resolve=True)
+    if str(settings.get("pruner") or "none") == "none":
+        return []
+    sweep_dir = Path(hydra_cfg.sweep.dir)
+    name = settings.get("study_name") or sweep_dir.name
+    return [TrialReporter(settings, sweep_dir, name, int(number), str(cfg.optimized_metric))]

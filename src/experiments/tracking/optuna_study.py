@@ -1,0 +1,95 @@
+"""The Optuna study a search's trials share: where it is stored, how it samples and how it
+prunes (the callback through which a running trial reports to it is
+``experiments.callbacks.TrialReporter``).
+
+The sweeper (``hydra_plugins.experiments_optuna``) and every trial (a Hydra job, in
+whatever process or machine the launcher runs it) open the same study from the same
+sweeper settings, which each job finds in its own Hydra config; the sweeper tells a job
+its trial number through ``hydra.job.env_set`` (the :data:`TRIAL_ENV` variable).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TRIAL_ENV = "EXPERIMENTS_OPTUNA_TRIAL"
+DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
+PRUNERS = ("none", "median", "hyperband", "asha")
+SAMPLERS = ("tpe", "random")
+
+
+def storage_for(spec: str | None, sweep_dir: Path):
+    """The study's storage from ``hydra.sweeper.storage``.
+
+    None: SQLite in the sweep dir (``optuna.db``). ``journal`` or a path ending in ``.log``
+    / ``.journal``: an append-only journal file (``optuna.journal`` in the sweep dir), the
+    one to use on a shared file system where SQLite's locks are unreliable. Anything else is
+    an RDB URL (``sqlite:///...``, ``postgresql://...``).
+    """
+    if not spec:
+        return f"sqlite:///{(Path(sweep_dir) / 'optuna.db').resolve()}"
+    if spec == "journal" or str(spec).endswith((".log", ".journal")):
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        path = Path(sweep_dir) / "optuna.journal" if spec == "journal" else Path(spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(path.resolve())))
+    return spec
+
+
+def make_pruner(settings: Mapping[str, Any]):
+    """Optuna's pruner for ``hydra.sweeper.pruner`` (``none`` by default).
+
+    ``median`` stops a trial whose epoch value is worse than the median of earlier trials at
+    that epoch; ``asha`` (successive halving) and ``hyperband`` keep the best third at each
+    rung. None prunes before ``pruner_warmup_epochs`` epochs; ``median`` also waits for
+    ``pruner_startup_trials`` trials to finish first.
+    """
+    import optuna.pruners as pruners
+
+    name = str(settings.get("pruner") or "none")
+    warmup = int(settings.get("pruner_warmup_epochs", 1))
+    if name == "none":
+        return pruners.NopPruner()
+    if name == "median":
+        startup = int(settings.get("pruner_startup_trials", 4))
+        return pruners.MedianPruner(n_startup_trials=startup, n_warmup_steps=warmup)
+    if name == "asha":
+        return pruners.SuccessiveHalvingPruner(min_resource=max(1, warmup), reduction_factor=3)
+    if name == "hyperband":
+        return pruners.HyperbandPruner(min_resource=max(1, warmup), reduction_factor=3)
+    raise ValueError(f"hydra.sweeper.pruner={name!r}: use one of {', '.join(PRUNERS)}")
+
+
+def open_study(settings: Mapping[str, Any], sweep_dir: Path, name: str, create: bool):
+    """The sweep's study: created (or continued) by the sweeper, loaded by its trials."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = storage_for(settings.get("storage"), sweep_dir)
+    pruner = make_pruner(settings)
+    if not create:
+        return optuna.load_study(study_name=name, storage=storage, pruner=pruner)
+    objectives = dict(settings.get("objectives") or {})
+    directions = [DIRECTIONS[d] for d in objectives.values()] or None
+    seed = settings.get("seed")
+    if settings.get("sampler", "tpe") == "random":
+        sampler = optuna.samplers.RandomSampler(seed=seed)
+    else:
+        startup = int(settings.get("n_startup_trials", 3))
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+    return optuna.create_study(
+        study_name=name,
+        storage=storage,
+        sampler=sampler,
+        pruner=pruner,
+        direction=None if directions else DIRECTIONS[settings.get("direction", "maximize")],
+        directions=directions,
+        load_if_exists=True,
+    )
