@@ -213,7 +213,12 @@ def main(cfg: DictConfig) -> float | None:
             print_config_tree(cfg, GROUP_ORDER + ("paths", "seed", "task_name"))
         else:  # a DDP rank Lightning re-launched: rank 0 speaks for all
             quiet_console()
-        metrics = train(cfg)
+        if cfg.get("cv") and cfg.cv.get("folds"):
+            from experiments.runs.cv import cross_validate
+
+            metrics = cross_validate(cfg, train)
+        else:
+            metrics = train(cfg)
     except Exception as err:
         interrupted = getattr(err, "signum", None)
         if interrupted is not None:  # RunInterrupted: checkpoint saved, say how to go on

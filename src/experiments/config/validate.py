@@ -27,6 +27,7 @@ NUMBERS = {
     "model.label_smoothing": ("float", 0.0),
     "data.mixup_alpha": ("float", 0.0),
     "data.cutmix_alpha": ("float", 0.0),
+    "cv.folds": ("int", 2),  # 1 fold would validate on nothing it did not train on
 }
 BOOLS = (
     "data.download",

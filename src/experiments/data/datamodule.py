@@ -67,6 +67,8 @@ class ImageDataModule(L.LightningDataModule):
             each batch gets one of the two at random.
         sampler: ``shuffle`` (each training sample once per epoch) or ``balanced`` (as
             many draws per epoch, with replacement, each class equally likely).
+        folds, fold: k-fold cross-validation (``cv.folds=K`` sets them): validation is
+            fold ``fold`` of ``folds`` of the non-test samples; None: ``val_fraction``.
     """
 
     def __init__(
@@ -100,6 +102,8 @@ class ImageDataModule(L.LightningDataModule):
         mixup_alpha: float = 0.0,
         cutmix_alpha: float = 0.0,
         sampler: str = "shuffle",
+        folds: int | None = None,
+        fold: int = 0,
     ) -> None:
         super().__init__()
         check_options(
@@ -143,6 +147,7 @@ class ImageDataModule(L.LightningDataModule):
         self.mean, self.std, self.stats_file = mean, std, stats_file
         self.mixup_alpha, self.cutmix_alpha = float(mixup_alpha), float(cutmix_alpha)
         self.sampler = sampler
+        self.folds, self.fold = folds, fold
         self.stats: tuple[list[float], list[float]] | None = None
         self._mix: Callable | None = None
         self.train_set: Dataset | None = None
@@ -199,6 +204,7 @@ class ImageDataModule(L.LightningDataModule):
             0.0 if own_test is not None else self.test_fraction,
             self.split_seed,
             targets=targets if self.split == "stratified" else None,
+            fold=(self.fold, self.folds) if self.folds else None,
         )
         self.train_set = Subset(full_train, train_idx)
         self.val_set = Subset(full_eval, val_idx)
@@ -206,13 +212,7 @@ class ImageDataModule(L.LightningDataModule):
         self.stats = resolve_stats(
             self.mean, self.std, self.stats_file, Subset(full_eval, train_idx)
         )
-        classes = getattr(full_train, "classes", None)
-        if classes is None:
-            targets = getattr(full_train, "targets", None)
-            if targets is None:
-                raise UserError("a custom dataset must have .classes or .targets for num_classes")
-            classes = [str(i) for i in range(int(max(targets)) + 1)]
-        self.class_names = [str(c) for c in classes]
+        self.class_names = sources.class_names(full_train)
         log.info(
             "data %s: %d train / %d val / %d test samples, %d classes, input %s",
             self.dataset if isinstance(self.dataset, str) else "custom",

@@ -129,3 +129,14 @@ def digits_root(root: str) -> tuple[str, str]:
     """Export the bundled digits under ``root`` if needed; returns ``(csv_file, image_dir)``."""
     folder = export_digits(root)
     return str(folder / "labels.csv"), str(folder / "images")
+
+
+def class_names(dataset) -> list[str]:
+    """The class names of ``dataset``: its ``.classes``, else ``0..max(.targets)``."""
+    classes = getattr(dataset, "classes", None)
+    if classes is None:
+        targets = getattr(dataset, "targets", None)
+        if targets is None:
+            raise UserError("a custom dataset must have .classes or .targets for num_classes")
+        classes = [str(i) for i in range(int(max(targets)) + 1)]
+    return [str(c) for c in classes]

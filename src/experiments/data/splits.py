@@ -15,6 +15,7 @@ def split_indices(
     test_fraction: float,
     seed: int,
     targets: Sequence[int] | None = None,
+    fold: tuple[int, int] | None = None,
 ) -> tuple[list[int], list[int], list[int]]:
     """``(train, val, test)`` indices of ``range(n)``.
 
@@ -23,9 +24,29 @@ def split_indices(
     split that is asked for, so a rare class cannot vanish from val or test. Without
     targets it is a plain random split. Either way the result depends only on ``seed``.
 
+    ``fold=(k, K)`` (k-fold cross-validation): the test split is held out as above, and
+    validation is the k-th of K folds of everything else (``val_fraction`` is unused), so
+    over k = 0..K-1 every non-test sample validates exactly once and the test split is the
+    same for every fold. With ``targets`` each class is dealt evenly over the folds.
+
     Raises:
-        UserError: the fractions leave no training or validation sample.
+        UserError: the fractions leave no training or validation sample, or a class has
+            fewer non-test samples than there are folds.
     """
+    if fold is not None:
+        train, _, test = _holdout(n, 0.0, test_fraction, seed, targets)
+        train, val = _folds(sorted(train), *fold, seed, targets)
+        return train, val, test
+    train, val, test = _holdout(n, val_fraction, test_fraction, seed, targets)
+    if not train or not val:
+        raise UserError(
+            f"{n} samples are too few for data.val_fraction={val_fraction} and "
+            f"data.test_fraction={test_fraction}"
+        )
+    return train, val, test
+
+
+def _holdout(n, val_fraction, test_fraction, seed, targets):
     gen = torch.Generator().manual_seed(seed)
     if targets is None:  # one permutation: test first, then val, the rest trains
         order = torch.randperm(n, generator=gen).tolist()
@@ -44,12 +65,30 @@ def split_indices(
             test += order[:n_test]
             val += order[n_test : n_test + n_val]
             train += order[n_test + n_val :]
-    if not train or not val:
-        raise UserError(
-            f"{n} samples are too few for data.val_fraction={val_fraction} and "
-            f"data.test_fraction={test_fraction}"
-        )
     return train, val, test
+
+
+def _folds(pool: list[int], k: int, folds: int, seed: int, targets) -> tuple[list[int], list[int]]:
+    """``(train, val)`` of fold ``k`` of ``folds``: each class of ``pool`` is shuffled and
+    dealt round-robin, continuing where the class before it stopped (even fold sizes)."""
+    by_class: dict[int, list[int]] = {}
+    for i in pool:
+        by_class.setdefault(int(targets[i]) if targets is not None else 0, []).append(i)
+    smallest = min(by_class, key=lambda c: len(by_class[c]))
+    if len(by_class[smallest]) < folds:
+        what = f"class {smallest}" if targets is not None else "the data"
+        raise UserError(
+            f"cv.folds={folds}: {what} has only {len(by_class[smallest])} samples outside the "
+            f"test split, fewer than the folds; use cv.folds <= {len(by_class[smallest])}"
+        )
+    gen = torch.Generator().manual_seed(seed + 1)
+    train, val, dealt = [], [], 0
+    for c in sorted(by_class):
+        group = by_class[c]
+        for i in torch.randperm(len(group), generator=gen).tolist():
+            (val if dealt % folds == k else train).append(group[i])
+            dealt += 1
+    return sorted(train), sorted(val)
 
 
 def _share(size: int, fraction: float) -> int:

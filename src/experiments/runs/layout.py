@@ -19,6 +19,7 @@ class RunDir:
     <run>/metrics.json                      written when the run finished
     <run>/env.json                          provenance (git, versions, host, SLURM job)
     <run>/.lock                             held by the process training in it
+    <run>/fold_<k>/                         cv.folds=K: one such run per fold (+ cv.md)
     """
 
     path: Path
@@ -70,6 +71,14 @@ class RunDir:
             return int(suffix) if suffix.isdigit() else -1
 
         return sorted(self.path.glob("hpc_ckpt_*.ckpt"), key=number, reverse=True)
+
+    def resumable(self) -> bool:
+        """Something to continue: a full checkpoint, or (cross-validation, ``cv.folds``)
+        a ``fold_<k>`` run with a checkpoint or finished."""
+        if self.has_checkpoint():
+            return True
+        folds = (RunDir(d) for d in self.path.glob("fold_*"))
+        return any(f.has_checkpoint() or f.finished for f in folds)
 
     def has_checkpoint(self) -> bool:
         """A full checkpoint to continue from exists (``last.ckpt``, its ``.prev``, or hpc)."""

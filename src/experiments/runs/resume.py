@@ -47,9 +47,7 @@ def requeued() -> bool:
 
 def find_resumable(runs_dir: Path) -> Path | None:
     """The newest run under ``runs_dir`` with a checkpoint and no ``metrics.json``."""
-    candidates = [
-        d for d in runs_dir.glob("*") if RunDir(d).has_checkpoint() and not RunDir(d).finished
-    ]
+    candidates = [d for d in runs_dir.glob("*") if RunDir(d).resumable() and not RunDir(d).finished]
     return max(candidates, key=lambda d: d.stat().st_mtime, default=None)
 
 
@@ -95,7 +93,7 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
         run = RunDir(Path(resume).resolve())
     if not run.saved_overrides.is_file():
         raise UserError(f"resume={resume}: {run.saved_overrides} not found (is this a run dir?)")
-    if not run.has_checkpoint():
+    if not run.resumable():
         raise UserError(f"resume={resume}: no checkpoint in {run.checkpoints}")
     from experiments.runs.lock import check_free
     from experiments.utils import process_rank

@@ -1,0 +1,108 @@
+"""k-fold cross-validation as a run type: ``cv.folds=K`` trains K models in one run dir.
+
+Fold k is an ordinary run in ``<run>/fold_<k>/`` whose validation split is the k-th of K
+stratified folds of the non-test samples (``data.folds``/``data.fold``); the test split
+is the same for every fold. When all folds are done, ``<run>/metrics.json`` holds the
+mean of every metric over the folds (so a sweeper optimizes the fold mean), its sample
+std as ``<metric>_std`` and each fold's metrics, and ``<run>/cv.md`` shows them as a table.
+
+``resume=<run>`` re-runs only the folds without a ``metrics.json``: one that had started
+continues from its own ``last.ckpt``, one that had not starts fresh.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from experiments.errors import UserError
+from experiments.runs.layout import RunDir
+
+log = logging.getLogger(__name__)
+
+
+def fold_dirs(run_dir: Path) -> list[Path]:
+    """The ``fold_<k>`` folders of a cross-validation run, in fold order."""
+    return sorted(Path(run_dir).glob("fold_*"), key=lambda p: int(p.name.split("_")[1]))
+
+
+def cross_validate(cfg: DictConfig, train_one: Callable[[DictConfig], dict]) -> dict:
+    """Train every unfinished fold with ``train_one``; write and return the fold means."""
+    folds = int(cfg.cv.folds)
+    run_dir = Path(cfg.paths.output_dir)
+    started = [d for d in fold_dirs(run_dir) if any(d.iterdir())]
+    if started and not cfg.get("resume"):
+        raise UserError(
+            f"{run_dir} already holds folds of a cross-validation run; continue it with "
+            f"resume={run_dir} or choose another hydra.run.dir"
+        )
+    per_fold = []
+    for k in range(folds):
+        fold = RunDir(run_dir / f"fold_{k}")
+        if fold.finished:
+            log.info("cv fold %d/%d finished before: kept (%s)", k + 1, folds, fold.metrics)
+        else:
+            log.info("cv fold %d/%d in %s", k + 1, folds, fold.path)
+            train_one(_fold_config(cfg, k, fold))
+        per_fold.append(json.loads(fold.metrics.read_text()))
+    return write_summary(run_dir, per_fold, str(cfg.optimized_metric))
+
+
+def _fold_config(cfg: DictConfig, k: int, fold: RunDir) -> DictConfig:
+    """``cfg`` for fold ``k``: its own run dir and validation fold; resumed if it started."""
+    fold_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    with open_dict(fold_cfg):
+        fold_cfg.paths.output_dir = str(fold.path)
+        fold_cfg.data.folds = int(cfg.cv.folds)
+        fold_cfg.data.fold = k
+        fold_cfg.resume = str(fold.path) if fold.has_checkpoint() else None
+    return fold_cfg
+
+
+def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
+    """``metrics.json`` (fold means, ``_std``, every fold) and ``cv.md``; returns the means."""
+    from experiments.analysis.stats import summarize
+    from experiments.runs.files import atomic_write, write_json
+
+    keys = [
+        k
+        for k, v in per_fold[0].items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and k != "seed"
+        and all(isinstance(f.get(k), int | float) for f in per_fold)
+    ]  # fmt: skip
+    stats = {k: summarize([float(f[k]) for f in per_fold]) for k in keys}
+    means = {k: s.mean for k, s in stats.items()}
+    summary = {
+        **means,
+        **{f"{k}_std": s.std for k, s in stats.items()},
+        "cv_folds": len(per_fold),
+        "seed": per_fold[0].get("seed"),
+        "run_dir": str(Path(run_dir).resolve()),
+        "folds": per_fold,
+    }
+    write_json(Path(run_dir) / "metrics.json", summary)
+    shown = [k for k in (metric, "val/acc", "val/loss", "test/acc", "test/loss") if k in stats]
+    shown = list(dict.fromkeys(shown))
+    lines = [
+        f"# {len(per_fold)}-fold cross-validation\n",
+        "| fold | " + " | ".join(shown) + " |",
+        "|---|" + "---|" * len(shown),
+    ]
+    lines += [
+        f"| {i} | " + " | ".join(f"{f[k]:.4f}" for k in shown) + " |"
+        for i, f in enumerate(per_fold)
+    ]
+    lines.append(
+        "| mean ± std | " + " | ".join(f"{stats[k].mean:.4f} ± {stats[k].std or 0:.4f}"
+                                      for k in shown) + " |"
+    )  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    atomic_write(Path(run_dir) / "cv.md", lambda f: f.write(text.encode()))
+    if metric in stats:
+        s = stats[metric]
+        log.info("cv: %s = %.4f ± %.4f over %d folds", metric, s.mean, s.std or 0, s.n)
+    return means
