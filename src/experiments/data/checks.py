@@ -23,8 +23,10 @@ def check_options(
     val_fraction,
     test_fraction,
     sampler,
+    switches: dict | None = None,
 ) -> None:
-    """Raise a UserError naming the first option that is not valid."""
+    """Raise a UserError naming the first option that is not valid (``switches``: options
+    that take auto, true or false, by name)."""
     if isinstance(dataset, str) and dataset not in BUNDLED:
         raise UserError(f"data.dataset={dataset!r} is not valid; use one of {BUNDLED}")
     if dataset == "image_csv" and not (csv_file and image_dir):
@@ -33,10 +35,13 @@ def check_options(
         raise UserError(f"data.batch_size must be >= 1, got {batch_size}")
     if int(num_workers) < 0:
         raise UserError(f"data.num_workers must be >= 0, got {num_workers}")
-    if cache_transformed not in (True, False, "auto"):
-        raise UserError(
-            f"data.cache_transformed={cache_transformed!r} is not valid; use auto, true or false"
-        )
+    for key, value in {"cache_transformed": cache_transformed, **(switches or {})}.items():
+        if (
+            value not in (True, False, "auto")
+            or isinstance(value, int | float)
+            and not isinstance(value, bool)
+        ):
+            raise UserError(f"data.{key}={value!r} is not valid; use auto, true or false")
     if float(cache_max_mb) < 0:
         raise UserError(f"data.cache_max_mb must be >= 0, got {cache_max_mb}")
     if split not in ("stratified", "random"):

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 import lightning as L
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from experiments.data import sources
+from experiments.data import sources, store
 from experiments.data.checks import check_options
-from experiments.data.loaders import train_loader
+from experiments.data.loaders import loader
 from experiments.data.splits import split_indices
 from experiments.data.stats import normalize, resolve_stats
 from experiments.data.transforms import batch_mixer, compose, is_deterministic
@@ -69,6 +69,11 @@ class ImageDataModule(L.LightningDataModule):
             many draws per epoch, with replacement, each class equally likely).
         folds, fold: k-fold cross-validation (``cv.folds=K`` sets them): validation is
             fold ``fold`` of ``folds`` of the non-test samples; None: ``val_fraction``.
+        tensor_store: ``auto``: a split whose samples can all be cached (see
+            ``cache_transformed``) is stacked into one tensor and batches are cut from it
+            by index, with shift/flip augmentation applied per batch; ``false``: never.
+        device_resident: ``auto``: those tensors live on the accelerator when they take
+            at most a quarter of its free memory; ``true``: always; ``false``: never.
     """
 
     def __init__(
@@ -104,6 +109,8 @@ class ImageDataModule(L.LightningDataModule):
         sampler: str = "shuffle",
         folds: int | None = None,
         fold: int = 0,
+        tensor_store: bool | str = "auto",
+        device_resident: bool | str = "auto",
     ) -> None:
         super().__init__()
         check_options(
@@ -120,6 +127,7 @@ class ImageDataModule(L.LightningDataModule):
             val_fraction=val_fraction,
             test_fraction=test_fraction,
             sampler=sampler,
+            switches={"tensor_store": tensor_store, "device_resident": device_resident},
         )
         self.dataset = dataset
         self.root = root
@@ -148,6 +156,9 @@ class ImageDataModule(L.LightningDataModule):
         self.mixup_alpha, self.cutmix_alpha = float(mixup_alpha), float(cutmix_alpha)
         self.sampler = sampler
         self.folds, self.fold = folds, fold
+        self.tensor_store, self.device_resident = tensor_store, device_resident
+        self._stores: dict = {}  # split -> TensorStore (the batch-level path)
+        self._augment_batch: Callable | None = None
         self.stats: tuple[list[float], list[float]] | None = None
         self._mix: Callable | None = None
         self.train_set: Dataset | None = None
@@ -213,6 +224,7 @@ class ImageDataModule(L.LightningDataModule):
             self.mean, self.std, self.stats_file, Subset(full_eval, train_idx)
         )
         self.class_names = sources.class_names(full_train)
+        self._stores, self._augment_batch = store.plan(self, full_eval, train_idx)
         log.info(
             "data %s: %d train / %d val / %d test samples, %d classes, input %s",
             self.dataset if isinstance(self.dataset, str) else "custom",
@@ -225,9 +237,11 @@ class ImageDataModule(L.LightningDataModule):
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         x, y = batch  # (B, C, H, W), (B,) on the model's device
+        trainer = getattr(self, "trainer", None)
+        if self._augment_batch is not None and trainer is not None and trainer.training:
+            x = self._augment_batch(x)  # the batch path's augmentation, before normalizing
         if self.stats is not None:
             x = normalize(x, *self.stats)
-        trainer = getattr(self, "trainer", None)
         if trainer is not None and trainer.training and (self.mixup_alpha or self.cutmix_alpha):
             if self._mix is None:
                 self._mix = batch_mixer(self.mixup_alpha, self.cutmix_alpha, self.num_classes)
@@ -268,31 +282,11 @@ class ImageDataModule(L.LightningDataModule):
         sample = self.val_set[0][0]
         return tuple(sample.shape)
 
-    def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers and self.num_workers > 0,
-        )
-
     def train_dataloader(self) -> DataLoader:
-        balanced = self.sampler == "balanced"
-        targets = self.train_targets("data.sampler=balanced") if balanced else None
-        return train_loader(
-            self.train_set,
-            getattr(self, "trainer", None),
-            batch_size=self.batch_size,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers and self.num_workers > 0,
-            balanced_targets=targets,
-        )
+        return loader(self, "train")
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
+        return loader(self, "val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
+        return loader(self, "test")

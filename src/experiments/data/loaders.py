@@ -92,3 +92,32 @@ def train_loader(
         position=position if trainer is not None else None,
         **loader_options,
     )
+
+
+def loader(dm, split: str) -> DataLoader:
+    """The DataLoader of ``dm``'s ``split`` (train, val, test): cut from its TensorStore
+    when it has one (no workers, no collate; on the model's device when
+    ``data.device_resident`` allows), else sample by sample through the dataset."""
+    from experiments.data import store
+
+    options: dict[str, Any] = {
+        "batch_size": dm.batch_size,
+        "num_workers": dm.num_workers,
+        "pin_memory": dm.pin_memory,
+        "persistent_workers": dm.persistent_workers and dm.num_workers > 0,
+    }
+    dataset = getattr(dm, f"{split}_set")
+    trainer = getattr(dm, "trainer", None)
+    if split in dm._stores:
+        if trainer is not None:
+            device = trainer.strategy.root_device
+            dm._stores[split] = store.resident(dm._stores[split], device, dm.device_resident, split)
+        dataset = dm._stores[split]
+        on_device = dataset.x.device.type != "cpu"
+        options.update(num_workers=0, persistent_workers=False, collate_fn=store.whole_batch)
+        options["pin_memory"] = dm.pin_memory and not on_device
+    if split != "train":
+        return DataLoader(dataset, shuffle=False, **options)
+    balanced = dm.sampler == "balanced"
+    targets = dm.train_targets("data.sampler=balanced") if balanced else None
+    return train_loader(dataset, trainer, balanced_targets=targets, **options)

@@ -1,0 +1,210 @@
+"""The batch-level data path: a split whose samples can all be cached is stacked once into
+one tensor, and a batch is cut from it by index (``__getitems__``): no per-sample Python,
+no collate. Random augmentation that works on a whole batch (shifts = crop with padding,
+horizontal flips) then runs on the batch, on the model's device
+(``ImageDataModule.on_after_batch_transfer``).
+
+The order of samples stays the sampler's (seeded per epoch, exact mid-epoch resume, DDP
+shards), and the augmentation draws from torch's global generator on the device, whose
+state every checkpoint carries, so a resumed run draws what the uninterrupted one did.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+from torch.utils.data import Dataset
+
+log = logging.getLogger(__name__)
+
+
+class TensorStore(Dataset):
+    """All samples of a split as two tensors: ``x`` (N, ...) and ``y`` (N, ...)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int):
+        return self.x[index], self.y[index]
+
+    def __getitems__(self, indices: list[int]):
+        index = torch.as_tensor(indices, device=self.x.device)
+        return self.x.index_select(0, index), self.y.index_select(0, index)
+
+    @property
+    def nbytes(self) -> int:
+        return self.x.nbytes + self.y.nbytes
+
+    def to(self, device) -> TensorStore:
+        return TensorStore(self.x.to(device), self.y.to(device))
+
+
+def whole_batch(batch):
+    """The collate of a TensorStore loader: ``__getitems__`` already made the batch."""
+    return batch
+
+
+def stack(split: Dataset, max_mb: float, name: str) -> TensorStore | None:
+    """``split``'s samples as one TensorStore, or None (with the reason logged) when they
+    are not tensors of one shape or would take more than ``max_mb``."""
+    if len(split) == 0:
+        return None
+    x0, y0 = split[0]
+    if not isinstance(x0, torch.Tensor):
+        return None
+    y0 = torch.as_tensor(y0)
+    size_mb = len(split) * (x0.nbytes + y0.nbytes) / 2**20
+    if size_mb > max_mb:
+        log.info(
+            "data: the %s split (%.0f MB as tensors) exceeds data.cache_max_mb=%g; its "
+            "batches are collated sample by sample",
+            name,
+            size_mb,
+            max_mb,
+        )
+        return None
+    x = torch.empty((len(split), *x0.shape), dtype=x0.dtype)
+    y = torch.empty((len(split), *y0.shape), dtype=y0.dtype)
+    for i in range(len(split)):
+        xi, yi = split[i]
+        if not isinstance(xi, torch.Tensor) or xi.shape != x0.shape:
+            return None  # samples of different shapes: leave them to the collate
+        x[i] = xi
+        y[i] = torch.as_tensor(yi)
+    return TensorStore(x, y)
+
+
+def batch_augmenter(augment) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The whole-batch form of ``augment`` (None, RandomShift, RandomHorizontalFlip or a
+    Compose of them), or None when some part of it has no batch form."""
+    from experiments.data.transforms import RandomShift
+
+    parts = [] if augment is None else [augment]
+    if type(augment).__name__ == "Compose":
+        parts = augment.transforms
+    steps = []
+    for part in parts:
+        if isinstance(part, RandomShift):
+            steps.append(_Shift(part.padding, part.padding_mode))
+        elif type(part).__name__ == "RandomHorizontalFlip":
+            steps.append(_Flip(float(part.p)))
+        else:
+            return None
+    return _Chain(steps)
+
+
+class _Chain:
+    def __init__(self, steps) -> None:
+        self.steps = steps
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        for step in self.steps:
+            x = step(x)
+        return x
+
+
+class _Flip:
+    """Mirror each image of a batch left-right with probability ``p``."""
+
+    def __init__(self, p: float) -> None:
+        self.p = p
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flip = torch.rand(x.shape[0], device=x.device) < self.p
+        return torch.where(flip.view(-1, *([1] * (x.ndim - 1))), x.flip(-1), x)
+
+
+class _Shift:
+    """Pad a batch (B, C, H, W) by ``padding`` and crop each image back to H x W at its own
+    random offset: ``RandomShift`` for a whole batch in one gather."""
+
+    MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
+
+    def __init__(self, padding: int, mode: str) -> None:
+        if mode not in self.MODES:
+            raise ValueError(f"padding_mode {mode!r} has no batch form")
+        self.padding, self.mode = int(padding), self.MODES[mode]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.padding
+        if p == 0:
+            return x
+        b, _, h, w = x.shape
+        padded = torch.nn.functional.pad(x, (p, p, p, p), mode=self.mode)
+        dy = torch.randint(0, 2 * p + 1, (b, 1), device=x.device)
+        dx = torch.randint(0, 2 * p + 1, (b, 1), device=x.device)
+        rows = (dy + torch.arange(h, device=x.device)).view(b, 1, h, 1)
+        cols = (dx + torch.arange(w, device=x.device)).view(b, 1, 1, w)
+        batch = torch.arange(b, device=x.device).view(b, 1, 1, 1)
+        channel = torch.arange(x.shape[1], device=x.device).view(1, -1, 1, 1)
+        return padded[batch, channel, rows, cols]
+
+
+def _eligible(dm, dataset: Dataset) -> bool:
+    """Whether the samples may be read once and kept: ``data.tensor_store=true`` (you vouch
+    for it), or ``auto`` with a built-in source (digits, image folders, torchvision sets)
+    whose eval transform is deterministic, or an in-memory ``TensorDataset``. Any other
+    Dataset of your own may compute its samples afresh each time, so ``auto`` leaves it."""
+    from torch.utils.data import TensorDataset
+
+    if dm.tensor_store is True or dm.tensor_store is False:
+        return dm.tensor_store
+    if isinstance(dataset, TensorDataset):
+        return True
+    return isinstance(dm.dataset, str) and dm._cache_samples(dm.eval_transform)
+
+
+def plan(dm, full_eval: Dataset, train_idx: list[int]):
+    """``({split: TensorStore}, batch augmentation or None)`` for an ImageDataModule whose
+    splits are set up: a split gets a store when its samples may be kept (``_eligible``)
+    and, for train, when its augmentation has a batch form and its transform equals the
+    eval one."""
+    from torch.utils.data import Subset
+
+    if not _eligible(dm, full_eval):
+        return {}, None
+    stores = {
+        "val": stack(dm.val_set, dm.cache_max_mb, "val"),
+        "test": stack(dm.test_set, dm.cache_max_mb, "test"),
+    }
+    augment = batch_augmenter(dm.augment)
+    same = repr(dm.train_transform) == repr(dm.eval_transform)
+    if augment is not None and same:
+        stores["train"] = stack(Subset(full_eval, train_idx), dm.cache_max_mb, "train")
+    stores = {k: v for k, v in stores.items() if v is not None}
+    if "train" not in stores:
+        augment = None
+    if stores:
+        log.info(
+            "data: batches cut by index from in-memory tensors for %s (%.1f MB)%s",
+            "/".join(stores),
+            sum(s.nbytes for s in stores.values()) / 2**20,
+            "; the augmentation runs on whole batches" if dm.augment is not None and augment
+            else "",
+        )  # fmt: skip
+    return stores, augment
+
+
+def resident(store: TensorStore, device: torch.device, setting, name: str) -> TensorStore:
+    """``store`` on ``device`` when ``data.device_resident`` allows (``auto``: on an
+    accelerator, when it takes at most a quarter of the free memory)."""
+    if device.type == "cpu" or setting is False or store.x.device == device:
+        return store
+    if setting == "auto" and device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        if store.nbytes > free / 4:
+            log.info(
+                "data.device_resident=auto: the %s split (%.0f MB) stays in host memory "
+                "(over a quarter of the %.0f MB free on %s)",
+                name,
+                store.nbytes / 2**20,
+                free / 2**20,
+                device,
+            )
+            return store
+    return store.to(device)

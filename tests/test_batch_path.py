@@ -1,0 +1,124 @@
+"""The batch-level data path: splits stacked into one tensor, batches cut by index, shift
+and flip augmentation applied to whole batches; the same batches, exact resume, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from experiments.data.store import TensorStore, _Flip, _Shift, batch_augmenter, whole_batch
+from experiments.data.transforms import RandomShift
+from tests.conftest import REPO, run_cli
+from tests.test_reliability import _assert_same_training_state, _data_position
+
+
+def _batches(make_cfg, store: str, split: str):
+    torch.manual_seed(3)  # the train sampler's seed
+    dm = instantiate(make_cfg(f"data.tensor_store={store}").data)
+    dm.setup("fit")
+    loader = dm.train_dataloader() if split == "train" else dm.val_dataloader()
+    return dm, list(loader)
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_stored_batches_equal_the_sample_by_sample_ones(make_cfg, split):
+    dm, cut = _batches(make_cfg, "auto", split)
+    _, collated = _batches(make_cfg, "false", split)
+    assert isinstance(dm._stores[split], TensorStore)
+    loader = dm.train_dataloader() if split == "train" else dm.val_dataloader()
+    assert loader.collate_fn is whole_batch and loader.num_workers == 0
+    assert len(cut) == len(collated) > 1
+    for (xa, ya), (xb, yb) in zip(cut, collated, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_random_augmentation_without_a_batch_form_keeps_train_sample_by_sample(make_cfg):
+    dm = instantiate(make_cfg("augment=strong").data)  # TrivialAugment: per image only
+    dm.setup("fit")
+    assert set(dm._stores) == {"val", "test"} and dm._augment_batch is None
+    dm = instantiate(make_cfg("augment=basic").data)  # shift + flip: whole batches
+    dm.setup("fit")
+    assert set(dm._stores) == {"train", "val", "test"} and dm._augment_batch is not None
+
+
+def test_batch_shift_is_a_crop_of_the_padded_image_within_the_padding():
+    torch.manual_seed(0)
+    x = torch.rand(64, 3, 8, 6)
+    shift = _Shift(2, "constant")
+    out = shift(x)
+    assert out.shape == x.shape
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
+    offsets = []
+    for i in range(len(x)):
+        found = [
+            (dy, dx)
+            for dy in range(5)
+            for dx in range(5)
+            if torch.equal(out[i], padded[i, :, dy : dy + 8, dx : dx + 6])
+        ]
+        assert found, f"image {i} is no crop of its padded self"
+        offsets.append(found[0])
+    assert len(set(offsets)) > 10  # offsets drawn per image, not one per batch
+    reflect = _Shift(2, "reflect")(x)
+    assert reflect.shape == x.shape and not torch.equal(reflect, x)
+
+
+def test_batch_flip_mirrors_about_half_of_the_images():
+    torch.manual_seed(0)
+    x = torch.rand(200, 1, 4, 4)
+    out = _Flip(0.5)(x)
+    flipped = [torch.equal(o, i.flip(-1)) for o, i in zip(out, x, strict=True)]
+    kept = [torch.equal(o, i) for o, i in zip(out, x, strict=True)]
+    assert all(f or k for f, k in zip(flipped, kept, strict=True))
+    assert 70 < sum(flipped) < 130
+
+
+def test_batch_augmenter_maps_the_presets():
+    from torchvision.transforms import v2
+
+    assert batch_augmenter(None)(torch.ones(2, 1, 3, 3)).equal(torch.ones(2, 1, 3, 3))
+    assert batch_augmenter(v2.Compose([RandomShift(4, "reflect"), v2.RandomHorizontalFlip()]))
+    assert batch_augmenter(v2.TrivialAugmentWide()) is None
+
+
+@pytest.mark.slow
+def test_sigterm_mid_epoch_resume_is_exact_with_batch_augmentation(tmp_path, data_dir):
+    # the digits with shifts + flips on whole batches: 1257 train samples, 20 batches an
+    # epoch; a SIGTERM after step 30 and a resume end bit-identical to an uninterrupted run
+    common = [
+        "seed=0", "logger=none", "test=false", "augment=basic", "trainer.max_epochs=3",
+        f"paths.data_dir={data_dir}",
+    ]  # fmt: skip
+    signal = [
+        "+callbacks.signal_at._target_=tests.helpers.SignalAt",
+        "+callbacks.signal_at.step=30",
+    ]
+    env = {"PYTHONPATH": str(REPO)}
+    res = run_cli(
+        "-m", "experiments.train", *common, "hydra.run.dir=A", cwd=tmp_path, env_extra=env
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "the augmentation runs on whole batches" in res.stdout + res.stderr
+    res = run_cli(
+        "-m", "experiments.train", *common, *signal, "hydra.run.dir=B", cwd=tmp_path,
+        env_extra=env,
+    )  # fmt: skip
+    assert res.returncode == 143, res.stderr[-2000:]
+    assert _data_position(tmp_path / "B/checkpoints/last.ckpt") == {"epoch": 1, "batches": 10}
+    res = run_cli("-m", "experiments.train", "resume=B", cwd=tmp_path, env_extra=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    _assert_same_training_state(
+        tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
+    )
+
+
+def test_bad_switch_values_fail_in_one_line(tmp_path, data_dir):
+    res = run_cli(
+        "-m", "experiments.train", "data.device_resident=sometimes",
+        f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        "error: data.device_resident='sometimes' is not valid; use auto, true or false"
+    )
