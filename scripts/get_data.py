@@ -238,6 +238,8 @@ def main() -> int:
     args = parser.parse_args()
     if set(args.datasets) - set(ALL):
         parser.error(f"unknown data set(s) {sorted(set(args.datasets) - set(ALL))}; use {ALL}")
+    # absolute: downloads run with the cache folder as their working directory
+    args.root = args.root.resolve()
     args.root.mkdir(parents=True, exist_ok=True)
     code = 0
     for name in dict.fromkeys((args.datasets or ALL) + args.image_csv):
