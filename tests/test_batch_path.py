@@ -122,3 +122,55 @@ def test_bad_switch_values_fail_in_one_line(tmp_path, data_dir):
     assert res.stderr.strip() == (
         "error: data.device_resident='sometimes' is not valid; use auto, true or false"
     )
+
+
+@pytest.mark.parametrize("name", ["mnist", "cifar10"])
+def test_torchvision_sets_are_stacked_whole_and_equal_sample_by_sample(tmp_path, name):
+    """MNIST's (N, H, W) and CIFAR's (N, H, W, C) arrays go through the transform in chunks
+    (the fast path); every sample equals what indexing the split gives."""
+    from torchvision.transforms import v2
+
+    from experiments.data import ImageDataModule, store
+    from tests.test_datasets import write_cifar10, write_mnist
+
+    write_cifar10(tmp_path, per_batch=40) if name == "cifar10" else write_mnist(tmp_path)
+    transform = v2.Compose(
+        [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.4], [0.3])]
+    )
+    dm = ImageDataModule(
+        name, root=str(tmp_path), eval_transform=transform, train_transform=transform
+    )
+    dm.setup()
+    for split in ("train", "val", "test"):
+        subset = getattr(dm, f"{split}_set")
+        whole = store._whole(subset, subset[0][0].shape, chunk=7)
+        assert whole is not None, split
+        x, y = whole
+        assert type(x) is torch.Tensor and len(x) == len(subset)
+        for i in range(len(subset)):
+            xi, yi = subset[i]
+            assert torch.equal(x[i], xi) and int(y[i]) == yi
+        assert torch.equal(dm._stores[split].x, x)
+
+
+def test_a_transform_the_whole_array_cannot_take_falls_back_sample_by_sample(tmp_path):
+    from torchvision.transforms import v2
+
+    from experiments.data import ImageDataModule, store
+    from tests.test_datasets import write_mnist
+
+    write_mnist(tmp_path)
+    # PIL-only first step: the chunked path fails and the split is stacked one by one
+    to_tensor = v2.Compose(
+        [v2.Lambda(lambda im: im.convert("L")), v2.ToImage(), v2.ToDtype(torch.float32)]
+    )
+    dm = ImageDataModule(
+        "mnist",
+        root=str(tmp_path),
+        eval_transform=to_tensor,
+        train_transform=to_tensor,
+        tensor_store=True,
+    )
+    dm.setup()
+    assert store._whole(dm.val_set, dm.val_set[0][0].shape) is None
+    assert torch.equal(dm._stores["val"].x[3], dm.val_set[3][0])
