@@ -226,6 +226,28 @@ def test_corrupt_newest_checkpoint_falls_back_and_payload_never_runs(make_cfg, t
     assert metrics["val/acc"] > 0 and not canary.exists()
 
 
+def test_non_finite_loss_on_an_epochs_last_step_is_caught_before_its_checkpoints(
+    make_cfg, tmp_path
+):
+    """The finite-loss flag is read a step late, except at the epoch's last step and before
+    any checkpoint or validation: a NaN there leaves epoch 1's checkpoints and no other."""
+    cfg = make_cfg(  # 168 train samples = 6 batches (5 x 32 + 8); a read past 330 gives
+        # NaN: in the last batch of epoch 2 (reads 329-336)
+        "data.dataset={_target_:tests.helpers.random_sets,_partial_:true,n:200,nan_after:330}",
+        "data.batch_size=32",
+        "trainer.max_epochs=3",
+        "logger=none",
+        "trainer.num_sanity_val_steps=0",
+    )
+    message = _user_error(lambda: train(cfg))
+    assert "training loss is nan at step 12 (epoch 1, batch 5)" in message
+    ckpt = tmp_path / "run" / "checkpoints"
+    full = _load(ckpt / "last.ckpt")
+    assert (full["epoch"], full["global_step"]) == (0, 6)  # epoch 1's, not epoch 2's
+    assert all(torch.isfinite(v).all() for v in full["state_dict"].values())
+    assert all(torch.isfinite(v).all() for v in _load(ckpt / "last.pt").values())
+
+
 def test_unfinished_run_is_not_restarted_and_finished_one_not_retrained(make_cfg, tmp_path):
     train(make_cfg("trainer.max_epochs=1", "logger=none"))
     message = _user_error(lambda: train(make_cfg("trainer.max_epochs=1", "logger=none")))

@@ -41,8 +41,10 @@ class FaultTolerance(L.Callback):
     finished). SIGINT is routed into the same path, so both end in a checkpoint and the
     entry point exits 143 / 130 (a second SIGINT interrupts at once).
 
-    A NaN/inf training loss stops the run within the step it appears, naming the step; no
-    checkpoint is written from that state. Every checkpoint carries the torch / numpy /
+    A NaN/inf training loss stops the run, naming the step; the check reads each step's
+    flag one step later (no host-device sync per step), and at once before any checkpoint
+    is written, before validation and at the epoch's last step, so no checkpoint is ever
+    written from a non-finite state. Every checkpoint carries the torch / numpy /
     python / CUDA RNG states, restored just before the first training step of a resumed
     run; the position in the epoch's data order is the train loader's own state, which
     Lightning saves and restores (``experiments.data.loaders.ResumableLoader``).
@@ -57,6 +59,7 @@ class FaultTolerance(L.Callback):
         self.check_finite_loss = check_finite_loss
         self.signum: int | None = None
         self._rng_to_restore: dict[str, Any] | None = None
+        self._pending: _FiniteFlag | None = None
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.dirpath is None:
@@ -86,27 +89,80 @@ class FaultTolerance(L.Callback):
         if not isinstance(exception, SIGTERMException):
             return
         self.signum = self.signum or signal.SIGTERM
+        pending = self._pending
+        if pending is not None and not pending.finite():
+            log.error(
+                "not saving on %s: the loss of step %d is %s",
+                signal.Signals(self.signum).name,
+                pending.step,
+                pending.value(),
+            )
+            return
         if trainer.state.fn == "fit":  # a signal during test: the fit's checkpoint stands
             trainer.save_checkpoint(self.dirpath / "last.ckpt")
 
     # -- per step ------------------------------------------------------------------------
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.check_finite_loss and isinstance(outputs, dict) and "loss" in outputs:
-            loss = outputs["loss"]
-            if not bool(torch.isfinite(loss).all()):  # one host sync per step; cheap on CPU
-                raise UserError(
-                    f"training loss is {float(loss)} at step {trainer.global_step} (epoch "
-                    f"{trainer.current_epoch}, batch {batch_idx}): lower optimizer.lr, set "
-                    f"trainer.gradient_clip_val, or check the data; checkpoints are kept "
-                    f"from before this step"
-                )
+        if not (self.check_finite_loss and isinstance(outputs, dict) and "loss" in outputs):
+            return
+        self._raise_if_not_finite()  # the previous step's flag: long computed by now
+        self._pending = _FiniteFlag(
+            outputs["loss"], trainer.global_step, trainer.current_epoch, batch_idx
+        )
+        if batch_idx + 1 >= trainer.num_training_batches:
+            self._raise_if_not_finite()  # the epoch's last step: before epoch-end checkpoints
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if trainer.state.fn == "fit":
+            self._raise_if_not_finite()  # validation (and the .pt written after it)
+
+    def _raise_if_not_finite(self) -> None:
+        """Raise for a non-finite loss of the step whose flag is pending (if any).
+
+        The check is read one step late (or at once before anything is written), so the
+        device is never stalled to learn that a loss was finite."""
+        pending, self._pending = self._pending, None
+        if pending is not None and not pending.finite():
+            raise UserError(
+                f"training loss is {pending.value()} at step {pending.step} (epoch "
+                f"{pending.epoch}, batch {pending.batch_idx}): lower optimizer.lr, set "
+                f"trainer.gradient_clip_val, or check the data; checkpoints are kept "
+                f"from before this step"
+            )
 
     # -- exact resume ------------------------------------------------------------------
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        self._raise_if_not_finite()  # before the file is written
         checkpoint["rng_states"] = rng_states()
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         self._rng_to_restore = checkpoint.get("rng_states")
+
+
+class _FiniteFlag:
+    """Whether one step's loss is finite, computed on the device and copied to the host
+    without waiting (on CUDA: into pinned memory, behind an event); read later."""
+
+    def __init__(self, loss: torch.Tensor, step: int, epoch: int, batch_idx: int) -> None:
+        self.loss = loss.detach()
+        self.step, self.epoch, self.batch_idx = step, epoch, batch_idx
+        flag = torch.isfinite(self.loss).all()
+        self.event = None
+        if flag.is_cuda:
+            self.flag = torch.empty((), dtype=torch.bool, pin_memory=True)
+            self.flag.copy_(flag, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.flag = flag
+
+    def finite(self) -> bool:
+        if self.event is not None:
+            self.event.synchronize()  # that step's work only; done long ago in a lagged read
+        return bool(self.flag)
+
+    def value(self) -> float:
+        return float(self.loss)
 
 
 def rng_states() -> dict[str, Any]:
