@@ -15,7 +15,8 @@ def test_quick_bench_writes_every_section(tmp_path):
     res = run_cli("-m", "benchmarks.run", "--quick", "--out", str(tmp_path), cwd=REPO, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     report = (tmp_path / "results.md").read_text()
-    for heading in ("1. Step time", "2. Start-up", "3. Data", "4. torch.compile", "Targets"):
+    headings = ("1. Step time", "2. Start-up", "3. Data", "4. torch.compile", "5. Time to accuracy")
+    for heading in (*headings, "Targets"):
         assert heading in report, heading
     for row in (
         "CNN b64",
@@ -26,7 +27,11 @@ def test_quick_bench_writes_every_section(tmp_path):
         "bad override",
         "cache=tensors",
         "in-memory tensors",
+        "batch-level path (TensorStore)",
         "compiled step",
+        "digits: val/acc ≥ 0.97",
+        "| hand loop |",
+        "framework / hand loop, time to target",
     ):
         assert row in report, row
     assert "| machine |" in report and "torch" in report

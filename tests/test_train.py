@@ -112,3 +112,27 @@ def test_freeze_keeps_weights_and_leaves_them_out_of_the_optimizer(make_cfg):
     model.loss_fn(net(x), torch.tensor([0, 1, 2, 3])).backward()
     opt.step()
     assert torch.equal(before, net[1].weight)
+
+
+def test_per_batch_hooks_a_callback_does_not_override_are_skipped(make_cfg, tmp_path):
+    """Lightning calls every per-batch hook of every callback; inherited no-ops are nulled
+    on the instance (skipped), overridden ones stay, and a run still trains and logs."""
+    import csv
+
+    from experiments import build
+    from experiments.callbacks import FaultTolerance, ValidationAccuracy
+
+    cfg = make_cfg("trainer.max_epochs=2", "logger=csv", "test=false")
+    trainer = build.trainer(cfg, build.callbacks(cfg, with_logger=True), [])
+    fault = next(c for c in trainer.callbacks if isinstance(c, FaultTolerance))
+    assert fault.on_before_backward is None and callable(fault.on_train_batch_end)
+    accuracy = next(c for c in trainer.callbacks if isinstance(c, ValidationAccuracy))
+    assert accuracy.on_train_batch_start is None and callable(accuracy.on_validation_epoch_end)
+
+    metrics = train(cfg)  # the same build path: per-class values reach the CSV and metrics
+    assert "val/recall/0" in metrics and "val/acc_class/0" in metrics
+    with open(tmp_path / "run" / "csv" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    per_class = [r for r in rows if r.get("val/precision/3")]
+    assert [int(r["epoch"]) for r in per_class] == [0, 1]
+    assert all(0.0 <= float(r["val/precision/3"]) <= 1.0 for r in per_class)

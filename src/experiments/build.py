@@ -107,11 +107,14 @@ def trainer(cfg: DictConfig, callbacks: list, loggers: list):
     """Lightning's Trainer with atomic, weights-only-loadable full checkpoints."""
     from hydra.utils import instantiate
 
+    from experiments.callbacks.dispatch import skip_unused_hooks
     from experiments.runs.checkpoint_io import AtomicCheckpointIO
 
-    return instantiate(
+    built = instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )
+    skip_unused_hooks(built.callbacks)  # including those Lightning added itself
+    return built
 
 
 def single_device_tester(cfg: DictConfig, trainer, loggers: list):

@@ -60,6 +60,7 @@ def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] =
     import lightning  # noqa: F401  (before route_lightning_logs: the import adds a handler)
     from hydra.utils import instantiate
 
+    from experiments.models.metrics import run_test
     from experiments.runs.files import write_json
     from experiments.runs.weights import load_state_dict_file
     from experiments.utils import route_lightning_logs
@@ -86,9 +87,7 @@ def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] =
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    metrics: dict[str, float] = {}
-    for result in trainer.test(model, datamodule=datamodule, verbose=False):
-        metrics.update({k: float(v) for k, v in result.items()})
+    metrics = run_test(trainer, model, datamodule)
 
     sidecar = read_sidecar(ckpt_path)
     summary = {

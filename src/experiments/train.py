@@ -140,6 +140,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
 
 def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, float]:
     from experiments import build
+    from experiments.models.metrics import run_test
     from experiments.runs.weights import load_state_dict_file
 
     if checkpoints is not None and checkpoints.best_path.is_file():
@@ -152,8 +153,7 @@ def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, fl
     tester = build.single_device_tester(cfg, trainer, loggers)
     metrics: dict[str, float] = {}
     if tester.is_global_zero or tester is trainer:
-        for result in tester.test(model, datamodule=datamodule, verbose=False):
-            metrics.update(_scalars(result))
+        metrics.update(run_test(tester, model, datamodule))
     return metrics
 
 

@@ -4,6 +4,7 @@ exit with the signal's code, stop on a non-finite loss, carry RNG states for exa
 from __future__ import annotations
 
 import logging
+import math
 import random
 import signal
 import threading
@@ -146,8 +147,11 @@ class _FiniteFlag:
     def __init__(self, loss: torch.Tensor, step: int, epoch: int, batch_idx: int) -> None:
         self.loss = loss.detach()
         self.step, self.epoch, self.batch_idx = step, epoch, batch_idx
-        flag = torch.isfinite(self.loss).all()
         self.event = None
+        if self.loss.device.type == "cpu" and self.loss.numel() == 1:
+            self.flag = math.isfinite(self.loss.item())  # no device to wait for: ~1 µs
+            return
+        flag = torch.isfinite(self.loss).all()
         if flag.is_cuda:
             self.flag = torch.empty((), dtype=torch.bool, pin_memory=True)
             self.flag.copy_(flag, non_blocking=True)

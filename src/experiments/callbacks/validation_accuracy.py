@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from experiments.models.metrics import summarize
+from experiments.models.metrics import log_to_loggers, summarize
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,8 @@ class ValidationAccuracy(L.Callback):
         )
         names = self._class_names(trainer, matrix.shape[0])
         if self.log_per_class and len(names) <= 100:
-            for name, value in zip(names, per_class, strict=True):
-                pl_module.log(f"val/acc_class/{name}", value, rank_zero_only=True)
+            values = {f"val/acc_class/{n}": v for n, v in zip(names, per_class, strict=True)}
+            log_to_loggers(trainer, values)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         metrics = trainer.callback_metrics

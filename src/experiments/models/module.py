@@ -18,6 +18,7 @@ from experiments.models.metrics import (
     Accuracy,
     ConfusionStats,
     RunningMean,
+    log_to_loggers,
     resolve_top_k,
     summarize,
 )
@@ -169,7 +170,7 @@ class ClassificationModule(L.LightningModule):
             self.ema.load_state_dict(self.net.state_dict())
         return report
 
-    def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> dict:
+    def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> torch.Tensor:
         x, y = batch  # x: (B, C, H, W); y: (B,) class indices or (B, K) one-hot/soft targets
         if self.channels_last and x.ndim == 4:
             x = x.contiguous(memory_format=torch.channels_last)
@@ -191,7 +192,8 @@ class ClassificationModule(L.LightningModule):
                 self.log("train/acc", self.train_acc, **epoch)
         if stage == "train" and self._log_this_step():
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
-        return {"loss": loss, "logits": logits.detach(), "labels": labels}
+        # only the loss: Lightning walks every other returned tensor on every step
+        return loss
 
     def _log_this_step(self) -> bool:
         # the steps on which Lightning hands logged values to the loggers; others are dropped
@@ -213,13 +215,14 @@ class ClassificationModule(L.LightningModule):
         # the values are already summed over ranks; the mean of equal values is that value,
         # and Lightning warns about every epoch-level value logged without sync under DDP
         sync = self._trainer is not None and self.trainer.world_size > 1
+        per_class = {}  # straight to the loggers: self.log costs ~0.3 ms per key
         for key, value in values.items():
-            kind, _, index = key.partition("/")
-            if index:
-                if not self.per_class_metrics:
-                    continue
-                key = f"{kind}/{names[int(index)] if len(names) > int(index) else index}"
-            self.log(f"{stage}/{key}", value, prog_bar=key == "acc", sync_dist=sync)
+            kind, _, i = key.partition("/")
+            if not i:
+                self.log(f"{stage}/{key}", value, prog_bar=key == "acc", sync_dist=sync)
+            elif self.per_class_metrics:
+                per_class[f"{stage}/{kind}/{names[int(i)] if len(names) > int(i) else i}"] = value
+        log_to_loggers(self._trainer, per_class)
 
     def on_train_epoch_start(self) -> None:
         self._registered.discard("train")
