@@ -28,23 +28,20 @@ def tensor_sets(
     return InMemory(n, shape, num_classes, seed), InMemory(max(n // 8, 1), shape, num_classes, 1)
 
 
-class InMemory:
-    """``(C, H, W)`` float tensors with integer labels, stored as two tensors."""
+def InMemory(n: int, shape: Sequence[int], num_classes: int, seed: int):  # noqa: N802
+    """``(C, H, W)`` float tensors with integer labels in a TensorDataset (so the data
+    module cuts its batches by index, as for any in-memory tensors of one's own), with
+    ``.targets`` and ``.classes``."""
+    import torch
+    from torch.utils.data import TensorDataset
 
-    def __init__(self, n: int, shape: Sequence[int], num_classes: int, seed: int) -> None:
-        import torch
-
-        gen = torch.Generator().manual_seed(seed)
-        self.targets = torch.arange(n) % num_classes
-        # class-dependent mean, so the nets have something to learn
-        self.x = torch.randn(n, *shape, generator=gen) + self.targets.view(-1, 1, 1, 1) * 0.1
-        self.classes = [str(i) for i in range(num_classes)]
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int):
-        return self.x[i], self.targets[i]
+    gen = torch.Generator().manual_seed(seed)
+    targets = torch.arange(n) % num_classes
+    # class-dependent mean, so the nets have something to learn
+    x = torch.randn(n, *shape, generator=gen) + targets.view(-1, 1, 1, 1) * 0.1
+    dataset = TensorDataset(x, targets)
+    dataset.targets, dataset.classes = targets, [str(i) for i in range(num_classes)]
+    return dataset
 
 
 @dataclass

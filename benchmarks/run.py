@@ -1,6 +1,6 @@
 """``make bench``: the framework against a hand-written loop and bare Lightning.
 
-Four sections, each run as interleaved blocks (every variant once per block, in a
+Five sections, each run as interleaved blocks (every variant once per block, in a
 rotating order) so that a noisy, shared machine slows all variants alike; each row
 reports the median and the min–max over blocks.
 
@@ -10,6 +10,9 @@ reports the median and the min–max over blocks.
 3. data: CsvImageDataset through a DataLoader (workers, pinning) vs in-memory tensors;
    the data-wait share of the default run, as the profiling callback measures it
 4. compile: eager vs ``compile=true`` (steady-state step, first-step compile time)
+5. tta: time to val/acc 0.97 on the digits, ``python -m experiments.train experiment=digits``
+   vs a hand-written loop of the same recipe (``benchmarks/time_to_accuracy.py``, which also
+   does MNIST on its own: minutes per run)
 
 Writes ``results.md`` and ``results.png`` (into ``benchmarks/`` unless ``--out``).
 ``--quick`` is a tiny setting that checks the whole thing runs (seconds, not minutes).
@@ -35,7 +38,7 @@ from pathlib import Path
 from benchmarks.common import Stats
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("step", "startup", "data", "compile")
+SECTIONS = ("step", "startup", "data", "compile", "tta")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -288,6 +291,9 @@ def _loader_rate(dataset, workers: int, pin: bool, epochs: int) -> float:
     """Samples/s over ``epochs`` passes after a warm-up pass (persistent workers)."""
     from torch.utils.data import DataLoader
 
+    from experiments.data.store import TensorStore, whole_batch
+
+    batched = isinstance(dataset, TensorStore)
     loader = DataLoader(
         dataset,
         batch_size=64,
@@ -295,6 +301,7 @@ def _loader_rate(dataset, workers: int, pin: bool, epochs: int) -> float:
         num_workers=workers,
         pin_memory=pin,
         persistent_workers=workers > 0,
+        collate_fn=whole_batch if batched else None,
     )
     for _ in loader:  # warm-up: worker start-up, first decode into the caches
         pass
@@ -314,6 +321,7 @@ def bench_data(work: Path, quick: bool, blocks: int, log) -> dict:
 
     from benchmarks.common import InMemory
     from experiments.data import CsvImageDataset, export_digits
+    from experiments.data.store import TensorStore
 
     root = export_digits(work / "data" / "digits")
     cfg = _compose(work, "data", [])
@@ -338,13 +346,18 @@ def bench_data(work: Path, quick: bool, blocks: int, log) -> dict:
             variants[f"CsvImageDataset, cache=decoded, {suffix}"] = ("decoded", workers, pin)
             variants[f"CsvImageDataset, cache=tensors (default), {suffix}"] = (True, workers, pin)
     variants["in-memory tensors, workers=0"] = (None, 0, False)
+    variants["in-memory tensors, batch-level path (TensorStore), workers=0"] = ("store", 0, False)
     if quick:
         variants = {k: v for k, v in variants.items() if "workers=2" not in k}
     epochs = 1 if quick else 3
     stats = {k: Stats() for k in variants}
     for block in range(blocks):
         for name, (cache, workers, pin) in variants.items():
-            ds = InMemory(1797, (1, 8, 8), 10, 0) if cache is None else csv_set(cache)
+            if cache in (None, "store"):
+                ds = InMemory(1797, (1, 8, 8), 10, 0)
+                ds = TensorStore(*ds.tensors) if cache == "store" else ds
+            else:
+                ds = csv_set(cache)
             stats[name].add(_loader_rate(ds, workers, pin, epochs))
         log(f"  data block {block + 1}/{blocks} done")
 
@@ -412,6 +425,18 @@ def compile_worker(out_file: Path, work: Path, quick: bool) -> None:
     result["compile (first step)"].append(metrics.get("compile/first_step_s", float("nan")))
     result["graph_breaks"] = metrics.get("compile/graph_breaks")
     out_file.write_text(json.dumps(result))
+
+
+# --- 5. time to accuracy ---------------------------------------------------------------
+
+
+def bench_tta(work: Path, blocks: int, threads: int, log) -> dict:
+    """Time to val/acc 0.97 on the digits, the CLI against a hand-written loop of the same
+    recipe, both as fresh processes (``benchmarks.time_to_accuracy``)."""
+    from benchmarks import time_to_accuracy as tta
+
+    opts = tta.parse_args(["--recipes", "digits", "--threads", str(threads)])
+    return tta.bench(work / "tta", ["digits"], {"digits": blocks}, opts, log)
 
 
 # --- report ----------------------------------------------------------------------------
@@ -502,12 +527,11 @@ def write_report(out: Path, results: dict, meta: dict, args, elapsed: float) -> 
                 targets.append(
                     {
                         "key": "overhead",
-                        "target": "overhead-bound: ≤ 0.3 ms/step of our own overhead above "
-                        "bare Lightning",
-                        "measured": f"stack − bare = {over.fmt(1e6, 0)} µs; net of the work the "
-                        f"hand loop also pays: {net.fmt(1e6, 0)} µs",
-                        "met": over.median <= 300e-6,
-                        "net_met": net.median <= 300e-6,
+                        "target": "overhead-bound: ≤ 150 µs/step of our own overhead above "
+                        "bare Lightning, net of the work the hand loop also pays",
+                        "measured": f"net {net.fmt(1e6, 0)} µs (stack − bare = "
+                        f"{over.fmt(1e6, 0)} µs)",
+                        "met": net.median <= 150e-6,
                     }
                 )
 
@@ -532,9 +556,9 @@ def write_report(out: Path, results: dict, meta: dict, args, elapsed: float) -> 
         targets.append(
             {
                 "key": "first",
-                "target": "time to first step ≤ 1.15× the bare Lightning script",
+                "target": "time to first step ≤ 1.1× the bare Lightning script",
                 "measured": f"{ratio.fmt(1, 3)}×",
-                "met": ratio.median <= 1.15,
+                "met": ratio.median <= 1.10,
             }
         )
         fast = {k: v for k, v in st.items() if "first step" not in k}
@@ -569,15 +593,16 @@ def write_report(out: Path, results: dict, meta: dict, args, elapsed: float) -> 
             "",
             f"Data-wait share of step time in the default run (`profile=true`, the profiling "
             f"callback's measure, epoch 2): **{wait.fmt(100, 1)} %**; the same run on "
-            f"in-memory tensors of the same shape (a floor: indexing and collating only): "
+            f"in-memory tensors of the same shape (a floor: batches cut from a TensorDataset "
+            f"by index): "
             f"**{data['data_wait_floor'].fmt(100, 1)} %**.",
         ]
         targets.append(
             {
                 "key": "wait",
-                "target": "data wait ≤ 5% of step time on the default pipeline",
+                "target": "data wait ≤ 3% of step time on the default pipeline",
                 "measured": f"{wait.fmt(100, 1)} %",
-                "met": wait.median <= 0.05,
+                "met": wait.median <= 0.03,
             }
         )
 
@@ -597,11 +622,40 @@ def write_report(out: Path, results: dict, meta: dict, args, elapsed: float) -> 
             f"| graph breaks | {comp.get('graph_breaks')} |",
         ]
 
+    if "tta" in results:
+        from benchmarks.time_to_accuracy import report_lines as tta_lines
+
+        lines += [
+            "",
+            "## 5. Time to accuracy (fresh processes, wall seconds)",
+            "",
+            "Seconds from launching the process until a validation row at or above the "
+            "target appears in its metrics CSV (the framework's CSV logger, the hand loop's "
+            "own file; both polled every 50 ms from outside): `python -m experiments.train "
+            "experiment=digits` against `benchmarks/tta_handloop.py`, plain PyTorch doing the "
+            "same recipe (data, split, net, seed, AdamW, warmup-cosine per step), so both "
+            "follow the same trajectory. `python -m benchmarks.time_to_accuracy` also runs "
+            "MNIST to 0.99.",
+        ]
+        lines += tta_lines(results["tta"], args.threads)
+        from benchmarks.time_to_accuracy import paired_ratios
+
+        for name, res in results["tta"].items():
+            ratios = paired_ratios(res)
+            if res.skipped or not ratios:
+                continue
+            targets.append(
+                {
+                    "key": "tta",
+                    "target": f"time to val/acc {res.target} ({name}) ≤ 1.05× the hand loop",
+                    "measured": f"{Stats(ratios).fmt(1, 3)}×",
+                    "met": Stats(ratios).median <= 1.05,
+                }
+            )
+
     lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for t in targets:
         met = "yes" if t["met"] else "no"
-        if not t["met"] and t.get("net_met"):
-            met = "no (yes net of the work)"
         lines.append(f"| {t['target']} | {t['measured']} | {met} |")
     missed = [t for t in targets if not t["met"]]
     if missed:
@@ -617,7 +671,7 @@ def write_report(out: Path, results: dict, meta: dict, args, elapsed: float) -> 
 def _chart(path: Path, results: dict) -> None:
     from matplotlib.figure import Figure
 
-    panels = [k for k in ("step", "startup", "data", "compile") if k in results]
+    panels = [k for k in SECTIONS if k in results]
     fig = Figure(figsize=(6 * len(panels), 4.5))
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, key in zip(axes, panels, strict=True):
@@ -659,6 +713,8 @@ def _chart(path: Path, results: dict) -> None:
             ax.set_xlabel("samples/s (log)")
             ax.set_title("data loading")
             ax.tick_params(axis="y", labelsize=6)
+        elif key == "tta":
+            _tta_panel(ax, results["tta"])
         else:
             comp = results["compile"]
             names = ["eager step", "compiled step"]
@@ -667,6 +723,24 @@ def _chart(path: Path, results: dict) -> None:
             ax.set_title(f"compile (first step {comp['compile (first step)'].median:.0f} s)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+
+
+def _tta_panel(ax, results: dict) -> None:
+    """Median time to target per recipe and variant, min–max as error bars."""
+    from benchmarks.time_to_accuracy import VARIANTS
+
+    names = [n for n, r in results.items() if not r.skipped]
+    width = 0.35
+    for j, variant in enumerate(VARIANTS):
+        st = [Stats([r.hit[1] for r in results[n].runs[variant] if r.hit]) for n in names]
+        xs = [i + (j - 0.5) * width for i in range(len(names))]
+        meds = [s.median for s in st]
+        err = [[s.median - s.lo for s in st], [s.hi - s.median for s in st]]
+        ax.bar(xs, meds, width, yerr=err, label=variant, capsize=2)
+    ax.set_xticks(range(len(names)), [f"{n} ≥ {results[n].target}" for n in names])
+    ax.set_ylabel("seconds from launch")
+    ax.set_title("time to accuracy")
+    ax.legend(fontsize=8)
 
 
 def main(argv=None) -> int:
@@ -703,6 +777,9 @@ def main(argv=None) -> int:
             "startup": lambda: bench_startup(work, args.quick, args.blocks, log),
             "data": lambda: bench_data(work, args.quick, args.blocks, log),
             "compile": lambda: bench_compile(work, args.quick, args.blocks, log),
+            "tta": lambda: bench_tta(
+                work, 1 if args.quick else max(args.blocks, 5), args.threads, log
+            ),
         }
         for section in SECTIONS:
             if section in args.only:

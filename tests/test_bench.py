@@ -45,3 +45,56 @@ def test_bench_rejects_an_unknown_section(tmp_path):
     with pytest.raises(SystemExit):
         parse_args(["--only", "step,nope"])
     assert parse_args(["--quick"]).quick and sys.executable
+
+
+def _val_acc(path) -> list[float]:
+    import csv
+
+    with open(path, newline="") as f:
+        return [float(r["val/acc"]) for r in csv.DictReader(f) if r.get("val/acc")]
+
+
+@pytest.mark.slow
+def test_time_to_accuracy_hand_loop_trains_the_same_trajectory(tmp_path, data_dir):
+    """The baseline of the time-to-accuracy benchmark is the same recipe by hand: same data,
+    split, net, initial weights, optimizer and schedule, so its validation accuracy matches
+    the framework's epoch by epoch (only the time it takes may differ)."""
+    import json
+
+    from benchmarks import time_to_accuracy as tta
+
+    cfg = tta.compose_recipe("digits", data_dir)
+    cfg.trainer.max_epochs = 3
+    spec = tta.recipe_spec(cfg)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": f"{REPO}:{REPO / 'src'}"}
+    hand = run_cli(
+        *("-m", "benchmarks.tta_handloop", f"--spec={tmp_path / 'spec.json'}"),
+        *(f"--out={tmp_path / 'hand'}", "--device=cpu", "--no-checkpoint"),
+        cwd=REPO,
+        env_extra=env,
+    )
+    assert hand.returncode == 0, hand.stderr[-2000:]
+    framework = run_cli(
+        *("-m", "experiments.train", "experiment=digits", "trainer.max_epochs=3", "logger=csv"),
+        *(f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'fw'}", "test=false"),
+        cwd=REPO,
+        env_extra=env,
+    )
+    assert framework.returncode == 0, framework.stderr[-2000:]
+    ours, theirs = (
+        _val_acc(tmp_path / "fw" / "csv" / "metrics.csv"),
+        _val_acc(tmp_path / "hand" / "metrics.csv"),
+    )
+    assert len(ours) == len(theirs) == 3
+    assert ours == pytest.approx(theirs, abs=1e-6)
+
+
+def test_time_to_accuracy_names_what_the_hand_loop_cannot_reproduce(data_dir):
+    from benchmarks import time_to_accuracy as tta
+
+    cfg = tta.compose_recipe("digits", data_dir)
+    cfg.data.mixup_alpha = 0.2
+    cfg.trainer.precision = "bf16-mixed"
+    with pytest.raises(ValueError, match=r"mixup_alpha.*trainer.precision=bf16-mixed"):
+        tta.recipe_spec(cfg)
