@@ -7,6 +7,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from experiments.data import store
 from experiments.data.store import TensorStore, _Flip, _Shift, batch_augmenter, whole_batch
 from experiments.data.transforms import RandomShift
 from tests.conftest import REPO, run_cli
@@ -26,6 +27,8 @@ def test_stored_batches_equal_the_sample_by_sample_ones(make_cfg, split):
     dm, cut = _batches(make_cfg, "auto", split)
     _, collated = _batches(make_cfg, "false", split)
     assert isinstance(dm._stores[split], TensorStore)
+    subset = getattr(dm, f"{split}_set")  # stacked in one pass from the decoded PNGs
+    assert store._whole(subset, subset[0][0].shape) is not None
     loader = dm.train_dataloader() if split == "train" else dm.val_dataloader()
     assert loader.collate_fn is whole_batch and loader.num_workers == 0
     assert len(cut) == len(collated) > 1
@@ -130,7 +133,7 @@ def test_torchvision_sets_are_stacked_whole_and_equal_sample_by_sample(tmp_path,
     (the fast path); every sample equals what indexing the split gives."""
     from torchvision.transforms import v2
 
-    from experiments.data import ImageDataModule, store
+    from experiments.data import ImageDataModule
     from tests.test_datasets import write_cifar10, write_mnist
 
     write_cifar10(tmp_path, per_batch=40) if name == "cifar10" else write_mnist(tmp_path)
@@ -156,7 +159,7 @@ def test_torchvision_sets_are_stacked_whole_and_equal_sample_by_sample(tmp_path,
 def test_a_transform_the_whole_array_cannot_take_falls_back_sample_by_sample(tmp_path):
     from torchvision.transforms import v2
 
-    from experiments.data import ImageDataModule, store
+    from experiments.data import ImageDataModule
     from tests.test_datasets import write_mnist
 
     write_mnist(tmp_path)

@@ -110,6 +110,18 @@ class CsvImageDataset(Dataset):
             self._decoded[index] = image
         return image
 
+    def decoded_array(self, indices: Sequence[int]):
+        """Images ``indices`` decoded (not transformed) as one ``(N, C, H, W)`` tensor of
+        their pixel type, or None when their sizes differ: one pass to stack a split."""
+        import numpy as np
+        import torch
+
+        arrays = [np.asarray(self.load_image(i)) for i in indices]
+        if not arrays or any(a.shape != arrays[0].shape for a in arrays):
+            return None
+        x = torch.from_numpy(np.stack(arrays))
+        return x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         sample = self._samples.get(index)
         if sample is not None:

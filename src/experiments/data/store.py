@@ -82,29 +82,48 @@ def stack(split: Dataset, max_mb: float, name: str) -> TensorStore | None:
     return TensorStore(x, y)
 
 
-def _whole(split: Dataset, shape: torch.Size, chunk: int = 4096):
-    """``(x, y)`` of a split over a torchvision-style set (``.data`` images as an array,
-    ``.targets``, ``.transform``) made by running its transform on chunks of the raw array
-    at once, instead of one PIL image at a time (MNIST's 70k: ~0.3 s instead of ~8 s).
-    None when the set is not of that kind, or when a spot check finds any sample that
-    differs from what indexing the split gives (then the caller goes sample by sample)."""
+def _raw(split: Dataset):
+    """``(uint8 images (N, C, H, W), targets, transform)`` of the samples of ``split`` before
+    their transform, or None when its dataset offers no such array: a torchvision-style
+    set (``.data``, ``.targets``) or one with ``decoded_array`` (CsvImageDataset)."""
     from torch.utils.data import Subset
-    from torchvision import tv_tensors
 
     base, index = (split.dataset, split.indices) if isinstance(split, Subset) else (split, None)
-    data, targets = getattr(base, "data", None), getattr(base, "targets", None)
-    transform = getattr(base, "transform", None)
-    if data is None or targets is None or getattr(base, "target_transform", None) is not None:
+    targets = getattr(base, "targets", None)
+    if targets is None or getattr(base, "target_transform", None) is not None:
         return None
-    try:
-        data = torch.as_tensor(data)
-        if data.dtype != torch.uint8 or data.ndim not in (3, 4):
+    y = torch.as_tensor(targets)
+    if hasattr(base, "decoded_array"):
+        index = list(range(len(base))) if index is None else list(index)
+        images = base.decoded_array(index)
+        y = y[torch.as_tensor(index, dtype=torch.long)]
+    elif getattr(base, "data", None) is not None:
+        data = torch.as_tensor(base.data)
+        if data.ndim not in (3, 4):
             return None
         images = data.unsqueeze(1) if data.ndim == 3 else data.permute(0, 3, 1, 2)  # NCHW
-        y = torch.as_tensor(targets)
         if index is not None:
             pick = torch.as_tensor(index, dtype=torch.long)
             images, y = images[pick], y[pick]
+    else:
+        return None
+    if images is None or images.dtype != torch.uint8:
+        return None
+    return images, y, getattr(base, "transform", None)
+
+
+def _whole(split: Dataset, shape: torch.Size, chunk: int = 4096):
+    """``(x, y)`` of a split made by running its transform on chunks of the raw uint8
+    images at once (``_raw``), instead of one image at a time (MNIST's 70k: ~0.3 s instead
+    of ~8 s). None when there is no raw array, or when a spot check finds any sample that
+    differs from what indexing the split gives (then the caller goes sample by sample)."""
+    from torchvision import tv_tensors
+
+    try:
+        raw = _raw(split)
+        if raw is None:
+            return None
+        images, y, transform = raw
         parts = []
         for start in range(0, len(images), chunk):
             part = tv_tensors.Image(images[start : start + chunk].contiguous())
