@@ -77,17 +77,14 @@ def _study(sweep):
     return optuna.load_study(study_name=sweep.name, storage=f"sqlite:///{sweep / 'optuna.db'}")
 
 
+OPTUNA = ["-m", "experiments.train", "-m", "hparams_search=optuna"]
+# the search space comes from the test's own overrides; no logger, runs under debug/
+OPTUNA_OWN_SPACE = [*OPTUNA, "hydra.sweeper.params={}", "logger=none", "task_name=debug"]
 OPTUNA_PARALLEL = [
-    "-m",
-    "experiments.train",
-    "-m",
-    "hparams_search=optuna",
+    *OPTUNA_OWN_SPACE,
     "hydra/launcher=joblib",
     "hydra.launcher.n_jobs=2",
     "hydra.sweeper.n_jobs=2",
-    "hydra.sweeper.params={}",
-    "logger=none",
-    "task_name=debug",
 ]
 
 
@@ -118,13 +115,7 @@ def test_optuna_workers_do_not_wait_on_each_others_trials(tmp_path, data_dir):
 def test_median_pruner_stops_losing_trials(tmp_path, data_dir):
     # two good learning rates finish first; two hopeless ones are pruned after one epoch
     res = run_cli(
-        "-m",
-        "experiments.train",
-        "-m",
-        "hparams_search=optuna",
-        "hydra.sweeper.params={}",
-        "logger=none",
-        "task_name=debug",
+        *OPTUNA_OWN_SPACE,
         f"paths.data_dir={data_dir}",
         "trainer.max_epochs=4",
         "hydra.sweeper.n_trials=4",
@@ -154,13 +145,7 @@ def test_median_pruner_stops_losing_trials(tmp_path, data_dir):
 @pytest.mark.slow
 def test_multi_objective_search_writes_the_pareto_front(tmp_path, data_dir):
     res = run_cli(
-        "-m",
-        "experiments.train",
-        "-m",
-        "hparams_search=optuna",
-        "hydra.sweeper.params={}",
-        "logger=none",
-        "task_name=debug",
+        *OPTUNA_OWN_SPACE,
         "debug=limit",
         f"paths.data_dir={data_dir}",
         "hydra.sweeper.n_trials=4",
@@ -196,7 +181,7 @@ def test_multi_objective_search_writes_the_pareto_front(tmp_path, data_dir):
     ],
 )
 def test_bad_sweeper_settings_fail_in_one_line(tmp_path, override, named):
-    res = run_cli("-m", "experiments.train", "-m", "hparams_search=optuna", override, cwd=tmp_path)
+    res = run_cli(*OPTUNA, override, cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [res.stderr.strip()]  # one line
     assert named in res.stderr
@@ -204,10 +189,7 @@ def test_bad_sweeper_settings_fail_in_one_line(tmp_path, override, named):
 
 def test_pruning_needs_a_single_objective(tmp_path):
     res = run_cli(
-        "-m",
-        "experiments.train",
-        "-m",
-        "hparams_search=optuna",
+        *OPTUNA,
         "hydra.sweeper.pruner=median",
         "hydra.sweeper.objectives={val/acc:maximize,params:minimize}",
         cwd=tmp_path,

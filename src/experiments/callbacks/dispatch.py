@@ -23,15 +23,11 @@ PER_BATCH_HOOKS = (
 )
 
 
-def skip_unused_hooks(callbacks: list) -> int:
-    """Null the per-batch hooks each callback inherits unchanged from ``L.Callback``;
-    returns how many were nulled. Hooks a class overrides, or an instance set itself, stay."""
-    nulled = 0
+def skip_unused_hooks(callbacks: list) -> None:
+    """Null the per-batch hooks each callback inherits unchanged from ``L.Callback``.
+    Hooks a class overrides, or an instance set itself, stay."""
     for callback in callbacks:
         for name in PER_BATCH_HOOKS:
-            if name in vars(callback):
-                continue  # set on the instance: its own choice
-            if getattr(type(callback), name, None) is getattr(L.Callback, name):
+            inherited = getattr(type(callback), name, None) is getattr(L.Callback, name)
+            if inherited and name not in vars(callback):
                 setattr(callback, name, None)
-                nulled += 1
-    return nulled

@@ -90,8 +90,8 @@ class FaultTolerance(L.Callback):
         if not isinstance(exception, SIGTERMException):
             return
         self.signum = self.signum or signal.SIGTERM
-        pending = self._pending
-        if pending is not None and not pending.finite():
+        pending = self._take_non_finite()
+        if pending is not None:
             log.error(
                 "not saving on %s: the loss of step %d is %s",
                 signal.Signals(self.signum).name,
@@ -117,13 +117,18 @@ class FaultTolerance(L.Callback):
         if trainer.state.fn == "fit":
             self._raise_if_not_finite()  # validation (and the .pt written after it)
 
+    def _take_non_finite(self) -> _FiniteFlag | None:
+        """The pending step's flag when its loss was not finite; the flag is consumed."""
+        pending, self._pending = self._pending, None
+        return pending if pending is not None and not pending.finite() else None
+
     def _raise_if_not_finite(self) -> None:
         """Raise for a non-finite loss of the step whose flag is pending (if any).
 
         The check is read one step late (or at once before anything is written), so the
         device is never stalled to learn that a loss was finite."""
-        pending, self._pending = self._pending, None
-        if pending is not None and not pending.finite():
+        pending = self._take_non_finite()
+        if pending is not None:
             raise UserError(
                 f"training loss is {pending.value()} at step {pending.step} (epoch "
                 f"{pending.epoch}, batch {pending.batch_idx}): lower optimizer.lr, set "
