@@ -248,6 +248,21 @@ def test_non_finite_loss_on_an_epochs_last_step_is_caught_before_its_checkpoints
     assert all(torch.isfinite(v).all() for v in _load(ckpt / "last.pt").values())
 
 
+def test_resume_after_the_last_epoch_still_records_validation_metrics(make_cfg, tmp_path):
+    """Stopped during test (every epoch checkpointed, no metrics.json): the resumed run has
+    no epoch left to train, validates the restored weights again and records the same
+    val/* values, so a sweeper or a cross-validation still gets its metric."""
+    first = train(make_cfg("trainer.max_epochs=2", "logger=none"))
+    run = tmp_path / "run"
+    (run / "metrics.json").unlink()
+    again = train(make_cfg("trainer.max_epochs=2", "logger=none", f"resume={run}"))
+    for key in ("val/acc", "val/loss", "val/macro_f1", "test/acc"):
+        assert again[key] == pytest.approx(first[key], abs=1e-6), key
+    assert json.loads((run / "metrics.json").read_text())["val/acc"] == pytest.approx(
+        first["val/acc"], abs=1e-6
+    )
+
+
 def test_unfinished_run_is_not_restarted_and_finished_one_not_retrained(make_cfg, tmp_path):
     train(make_cfg("trainer.max_epochs=1", "logger=none"))
     message = _user_error(lambda: train(make_cfg("trainer.max_epochs=1", "logger=none")))

@@ -117,6 +117,11 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
             logger.log_hyperparams(redact(OmegaConf.to_container(cfg, resolve=True)))
         try:
             trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
+            validated = any(k.startswith("val/") for k in trainer.callback_metrics)
+            if resume_from is not None and not validated:
+                # the checkpoint had every epoch (stopped during test): fit had nothing to
+                # do, so validate the restored weights again for metrics.json and sweepers
+                trainer.validate(model, datamodule=datamodule, verbose=False)
             if trainer.is_global_zero:
                 # a SLURM pre-emption's hpc_ckpt_N.ckpt is stale once fit is done, and under
                 # SLURM Lightning's test() would restore it over best.pt's weights
