@@ -154,3 +154,16 @@ class Untargeted(Dataset):
 
 def untargeted_sets(transform=None, target_transform=None, n: int = 200):
     return Untargeted(n, 0), Untargeted(n // 4, 1)
+
+
+class GcProbe(Callback):
+    """Appends ``<collector enabled> <objects frozen>`` to ``path`` at each fit's first step."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        import gc
+
+        with open(self.path, "a") as f:
+            f.write(f"{gc.isenabled()} {gc.get_freeze_count()}\n")

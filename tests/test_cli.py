@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 
 @pytest.mark.slow
@@ -86,3 +86,64 @@ def test_help_lists_every_group_and_option_without_composing_or_importing_torch(
         row = next(ln for ln in res.stdout.splitlines() if ln.split()[:1] == [group])
         assert path.stem in row, (group, path.stem)
     assert "--hydra-help" in res.stdout
+
+
+def test_a_single_run_composes_its_config_once_and_hydra_writes_the_run_dir(tmp_path, data_dir):
+    # @hydra.main composes twice (mode, then run) and the pre-check once more; a plain run
+    # is composed once by the check and handed to Hydra's job runner
+    code = (
+        "import sys\nfrom hydra._internal.hydra import Hydra\ncalls = []\n"
+        "compose = Hydra.compose_config\n"
+        "def counted(self, *a, **k):\n    calls.append(k.get('run_mode'))\n"
+        "    return compose(self, *a, **k)\n"
+        "Hydra.compose_config = counted\n"
+        "from experiments.train import cli\n"
+        f"sys.argv = ['train', 'debug=fast', 'paths.data_dir={data_dir}', "
+        "'hydra.run.dir=run']\n"
+        "cli()\nprint('compositions', len(calls))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().splitlines()[-1] == "compositions 1"
+    run = tmp_path / "run"
+    assert json.loads((run / "metrics.json").read_text())["run_dir"] == str(run.resolve())
+    from omegaconf import OmegaConf
+
+    hydra_cfg = OmegaConf.load(run / ".hydra" / "hydra.yaml").hydra
+    assert hydra_cfg.mode == "RUN" and hydra_cfg.job.name == "train"
+    assert OmegaConf.load(run / ".hydra" / "overrides.yaml")[0] == "debug=fast"
+    assert OmegaConf.load(run / ".hydra" / "config.yaml").paths.data_dir == str(data_dir)
+    assert (run / "train.log").read_text().count("val/acc=") >= 1  # Hydra's job logging
+
+
+def test_comma_values_without_multirun_are_one_line(tmp_path):
+    res = run_cli("-m", "experiments.train", "optimizer.lr=0.01,0.1", cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: optimizer.lr=0.01,0.1: a sweep runs with -m (one job per value); for one run "
+        "with a list write optimizer.lr=[...], with a string containing commas quote it"
+    ]
+
+
+@pytest.mark.slow
+def test_the_collector_is_paused_for_start_up_only(tmp_path, data_dir):
+    # start-up's ~500k long-lived objects are frozen and the collector is back on for
+    # training, in the first job of a sweep run in one process and in the next
+    probe = tmp_path / "gc.txt"
+    res = run_cli(
+        "-m",
+        "experiments.train",
+        "-m",
+        "seed=1,2",
+        "debug=fast",
+        f"paths.data_dir={data_dir}",
+        "+callbacks.gc_probe._target_=tests.helpers.GcProbe",
+        f"+callbacks.gc_probe.path={probe}",
+        cwd=tmp_path,
+        env_extra={"PYTHONPATH": str(REPO)},
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [line.split() for line in probe.read_text().splitlines()]
+    assert [r[0] for r in rows] == ["True", "True"]
+    assert int(rows[0][1]) > 100_000  # frozen once, at the first job's start
+    assert int(rows[1][1]) <= int(rows[0][1])  # not frozen again (the count only shrinks)

@@ -52,6 +52,9 @@ def run_main(body, argv) -> None:
         format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
         datefmt="%H:%M:%S",
     )
+    from experiments.utils import pause_gc
+
+    pause_gc()  # the body calls resume_gc once its start-up is over
     try:
         body(list(argv))
     except Exception as err:

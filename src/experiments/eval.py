@@ -63,7 +63,7 @@ def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] =
     from experiments.models.metrics import run_test
     from experiments.runs.files import write_json
     from experiments.runs.weights import load_state_dict_file
-    from experiments.utils import route_lightning_logs
+    from experiments.utils import resume_gc, route_lightning_logs
 
     route_lightning_logs()
     start = time.perf_counter()
@@ -87,6 +87,7 @@ def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] =
         enable_progress_bar=False,
         enable_model_summary=False,
     )
+    resume_gc()
     metrics = run_test(trainer, model, datamodule)
 
     sidecar = read_sidecar(ckpt_path)

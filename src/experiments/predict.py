@@ -94,6 +94,7 @@ def predict(
 
     from experiments.runs.files import atomic_write
     from experiments.runs.weights import load_state_dict_file
+    from experiments.utils import resume_gc
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -113,6 +114,7 @@ def predict(
     # else the transformed size (true unless the eval transform itself resizes or crops)
     size = tuple(pre_size) if pre_size else tuple(in_shape[1:])
     rows = []
+    resume_gc()
     with torch.inference_mode():
         for start in range(0, len(paths), batch_size):
             chunk = paths[start : start + batch_size]

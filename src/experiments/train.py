@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.config import CONF_DIR
 from experiments.config.validate import validate
 from experiments.errors import UserError, exit_with, find_user_error
+from experiments.utils import pause_gc, resume_gc
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             trainer = build.trainer(cfg, callbacks, loggers)
         if trainer.is_global_zero:
             write_environment(run_dir, cfg.seed, str(trainer.strategy.root_device), git())
+        resume_gc()  # start-up is over: what it allocated stays, so later collections skip it
         metrics = _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_from)
         summary = {
             **metrics,
@@ -225,6 +227,7 @@ def main(cfg: DictConfig) -> float | None:
         else:
             metrics = train(cfg)
     except Exception as err:
+        resume_gc()  # a sweep's next job in this process runs with the collector on
         interrupted = getattr(err, "signum", None)
         if interrupted is not None:  # RunInterrupted: checkpoint saved, say how to go on
             log.error(
@@ -249,19 +252,25 @@ def main(cfg: DictConfig) -> float | None:
 
 def cli() -> None:
     """Check the command line before Hydra starts (fast, one line), then run ``main``."""
-    from experiments.config.precheck import precheck
+    from experiments.config.precheck import check
 
+    pause_gc()
     if any(a in ("-h", "--help") for a in sys.argv[1:]):
         from experiments.config.help import help_text
 
         print(help_text(CONF_DIR))
         sys.exit(0)
     try:
-        argv = precheck(sys.argv[1:], str(CONF_DIR))
+        checked = check(sys.argv[1:], str(CONF_DIR))
     except UserError as err:
         exit_with(err, code=2)
-    sys.argv = [sys.argv[0], *argv]
-    main()
+    sys.argv = [sys.argv[0], *checked.argv]  # what DDP ranks and SLURM requeues re-run
+    if checked.run_cfg is None:
+        main()
+    else:  # a plain single run: Hydra runs the config the check composed, not a new one
+        from experiments.config.compose import run_composed
+
+        run_composed(checked.composer, checked.run_cfg, main)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 
@@ -21,6 +22,33 @@ def print_config_tree(cfg: DictConfig, order: tuple[str, ...] = ()) -> None:
         text = OmegaConf.to_yaml(node, resolve=True) if OmegaConf.is_config(node) else str(node)
         tree.add(str(key)).add(rich.syntax.Syntax(text, "yaml", theme="ansi_dark"))
     rich.print(tree)
+
+
+_gc_paused = False
+
+
+def pause_gc() -> None:
+    """Turn the cyclic garbage collector off for a command's start-up (``resume_gc`` turns
+    it back on).
+
+    Start-up (torch, Lightning, torchmetrics, Hydra) allocates ~500k long-lived objects; the
+    allocation count alone triggers full collections that walk all of them, ~0.7 s of the
+    time to the first step on a 2-core CPU, and reclaim next to nothing.
+    """
+    global _gc_paused
+    if gc.isenabled():
+        gc.disable()
+        _gc_paused = True
+
+
+def resume_gc() -> None:
+    """Once per process, when start-up is over: move every object alive now to the permanent
+    generation (``gc.freeze``: later collections skip them) and turn the collector on."""
+    global _gc_paused
+    if _gc_paused:
+        _gc_paused = False
+        gc.freeze()
+        gc.enable()
 
 
 class _DropAdverts(logging.Filter):

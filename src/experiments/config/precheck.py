@@ -7,9 +7,11 @@ its run dir (``experiments.runs.resume``)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.config.compose import Composer, is_multirun, task_view
 from experiments.config.secrets import is_secret_key
 from experiments.config.slurm import check_slurm_launcher, check_task_layout
 from experiments.config.targets import check_targets
@@ -39,14 +41,30 @@ WITH_VALUE = {"--cfg", "-c", "--package", "-p"}
 MULTIRUN = {"-m", "--multirun"}
 
 
+@dataclass
+class Checked:
+    """``argv``: Hydra's arguments, rewritten for ``resume=``. ``run_cfg``: for a plain single
+    run, the whole config (``hydra`` node included) already composed from ``argv``, and the
+    ``composer`` that composed it (``experiments.config.compose.run_composed``); else None."""
+
+    argv: list[str]
+    run_cfg: DictConfig | None = None
+    composer: Composer | None = None
+
+
 def precheck(argv: list[str], conf_dir: str, config_name: str = "train") -> list[str]:
     """Check ``argv`` (Hydra's arguments); return it, rewritten for ``resume=``.
 
     Raises:
         UserError: one line naming the key or option and what would be valid.
     """
+    return check(argv, conf_dir, config_name).argv
+
+
+def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked:
+    """``precheck``, keeping the composed config when it is the one a single run would use."""
     if any(a in PASS_THROUGH or a.split("=")[0] in PASS_THROUGH for a in argv):
-        return argv
+        return Checked(argv)
     flags, overrides, skip_next = [], [], False
     for arg in argv:
         if skip_next:
@@ -78,32 +96,45 @@ def precheck(argv: list[str], conf_dir: str, config_name: str = "train") -> list
             )
     probe = [_first_value(o) for o in parsed]
     probe = [p for p in probe if p is not None]
+    composer = Composer(conf_dir, config_name)
     try:
-        cfg = compose_or_fail(conf_dir, config_name, probe)
+        full = compose_or_fail(composer, probe)
     except UserError:
         if not any(p.startswith("resume=") for p in probe):
             raise
         # a key the resumed run added (+key=...) exists only with the run's own overrides:
         # find the run first, then check everything composed with them (below)
         where = ("resume=", "paths.", "task_name=")
-        cfg = compose_or_fail(conf_dir, config_name, [p for p in probe if p.startswith(where)])
+        full = compose_or_fail(composer, [p for p in probe if p.startswith(where)])
+    cfg = task_view(full)
     resume = resume_target(cfg, multirun)
     if resume:
         if multirun:
             raise UserError("resume= resumes one run; it cannot be combined with -m")
         argv = flags + resume_overrides(cfg, resume, overrides)
         overrides = [a for a in argv if a not in flags]
-        cfg = compose_or_fail(conf_dir, config_name, overrides)
+        full = compose_or_fail(composer, overrides)
+        cfg = task_view(full)
     validate(cfg)
     check_targets(OmegaConf.to_container(cfg, resolve=False))
     check_task_layout()
     hydra_keys = ("hydra/launcher=", "hydra.launcher.", "hparams_search=", "hydra.sweeper.")
     if multirun and any(o.startswith(hydra_keys) for o in probe):
-        # the launcher's and sweeper's settings live in the hydra section, composed on request
-        with_hydra = compose_or_fail(conf_dir, config_name, probe, with_hydra=True)
-        check_slurm_launcher(with_hydra)
-        check_sweeper(with_hydra)
-    return argv
+        # the launcher's and sweeper's settings live in the hydra section
+        check_slurm_launcher(full)
+        check_sweeper(full)
+    sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
+    if multirun or is_multirun(full):
+        return Checked(argv)
+    if sweeps:
+        key = sweeps[0].split("=")[0]
+        raise UserError(
+            f"{sweeps[0]}: a sweep runs with -m (one job per value); for one run with a list "
+            f"write {key}=[...], with a string containing commas quote it"
+        )
+    if flags:  # --cfg, --info, ...: Hydra's own
+        return Checked(argv)
+    return Checked(argv, full, composer)  # Hydra would compose this same config to run it
 
 
 def check_sweeper(cfg: DictConfig) -> None:
@@ -119,15 +150,12 @@ def check_sweeper(cfg: DictConfig) -> None:
         raise UserError(str(err)) from None
 
 
-def compose_or_fail(
-    conf_dir: str, config_name: str, overrides: list[str], with_hydra: bool = False
-) -> DictConfig:
-    from hydra import compose, initialize_config_dir
+def compose_or_fail(composer: Composer, overrides: list[str]) -> DictConfig:
+    """The whole config (``hydra`` node included); a composition error as one line."""
     from hydra.errors import HydraException
 
     try:
-        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-            return compose(config_name, overrides=overrides, return_hydra_config=with_hydra)
+        return composer.compose(overrides)
     except HydraException as err:
         raise UserError(_hydra_message(err)) from None
     except Exception as err:  # omegaconf errors during composition
