@@ -122,7 +122,9 @@ def test_per_batch_hooks_a_callback_does_not_override_are_skipped(make_cfg, tmp_
     from experiments import build
     from experiments.callbacks import FaultTolerance, ValidationAccuracy
 
-    cfg = make_cfg("trainer.max_epochs=2", "logger=csv", "test=false")
+    cfg = make_cfg(
+        "trainer.max_epochs=2", "logger=csv", "test=false", "trainer.log_every_n_steps=5"
+    )
     trainer = build.trainer(cfg, build.callbacks(cfg, with_logger=True), [])
     fault = next(c for c in trainer.callbacks if isinstance(c, FaultTolerance))
     assert fault.on_before_backward is None and callable(fault.on_train_batch_end)
@@ -136,3 +138,9 @@ def test_per_batch_hooks_a_callback_does_not_override_are_skipped(make_cfg, tmp_
     per_class = [r for r in rows if r.get("val/precision/3")]
     assert [int(r["epoch"]) for r in per_class] == [0, 1]
     assert all(0.0 <= float(r["val/precision/3"]) <= 1.0 for r in per_class)
+    # the step loss (written without self.log) at Lightning's step numbers and epochs
+    steps = [(int(r["step"]), int(r["epoch"])) for r in rows if r.get("train/loss_step")]
+    assert [s for s, _ in steps] == list(range(4, 4 + 5 * len(steps), 5)) and len(steps) >= 6
+    assert [e for _, e in steps] == sorted(e for _, e in steps) and {e for _, e in steps} == {0, 1}
+    last = [float(r["train/loss_step"]) for r in rows if r.get("train/loss_step")][-1]
+    assert metrics["train/loss_step"] == pytest.approx(last)

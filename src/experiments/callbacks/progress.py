@@ -24,6 +24,14 @@ class TerseProgressBar(TQDMProgressBar):
         self.interactive = sys.stderr.isatty()
         super().__init__(refresh_rate=refresh_rate if self.interactive else 0)
 
+    def get_metrics(self, trainer, pl_module) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        # the step loss reaches the loggers without self.log (models/metrics.log_step)
+        step_loss = trainer.callback_metrics.get("train/loss_step")
+        if step_loss is not None and trainer.training:
+            metrics["train/loss_step"] = f"{float(step_loss):.3g}"
+        return metrics
+
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         super().on_train_epoch_end(trainer, pl_module)
         if self.interactive or not trainer.is_global_zero or trainer.sanity_checking:

@@ -130,6 +130,25 @@ def resolve_top_k(top_k, num_classes: int) -> int | None:
     return int(top_k)
 
 
+def log_step(trainer, values: dict[str, torch.Tensor]) -> None:
+    """Per-step values (``train/loss_step``) on a logging step, straight to the loggers, at
+    the step and with the ``epoch`` key Lightning's own step logging uses.
+
+    ``self.log`` costs ~1.5 ms per call on a CPU, mostly Lightning re-homing its result
+    object (a walk of its ``__dict__``) on every call: ~150 µs a step at
+    ``log_every_n_steps=10`` on a small net. This reads each value once (the host sync
+    Lightning's logging does too); ``trainer.callback_metrics`` keeps the latest, which
+    the progress bar shows and ``metrics.json`` records.
+    """
+    floats = {key: float(value) for key, value in values.items()}
+    trainer.callback_metrics.update({k: torch.tensor(v) for k, v in floats.items()})
+    if trainer.is_global_zero and trainer.loggers:
+        row = {**floats, "epoch": trainer.current_epoch}
+        step = trainer.fit_loop.epoch_loop._batches_that_stepped
+        for logger in trainer.loggers:
+            logger.log_metrics(row, step=step)  # Lightning saves them after this step
+
+
 def log_to_loggers(trainer, values: dict[str, Any]) -> None:
     """Hand epoch-level values that nothing monitors (per-class metrics) straight to every
     logger and to ``trainer.callback_metrics`` (so metrics.json has them).

@@ -18,6 +18,7 @@ from experiments.models.metrics import (
     Accuracy,
     ConfusionStats,
     RunningMean,
+    log_step,
     log_to_loggers,
     resolve_top_k,
     summarize,
@@ -191,7 +192,7 @@ class ClassificationModule(L.LightningModule):
             if stage == "train":
                 self.log("train/acc", self.train_acc, **epoch)
         if stage == "train" and self._log_this_step():
-            self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
+            log_step(self._trainer, {"train/loss_step": loss.detach()})
         # only the loss: Lightning walks every other returned tensor on every step
         return loss
 
