@@ -148,7 +148,8 @@ def loaders(data: dict, seed: int) -> tuple[DataLoader, DataLoader, int]:
         "num_workers": workers,
         "persistent_workers": data["persistent_workers"] and workers > 0,
     }
-    # its own generator: drawing worker seeds must not move the global RNG (dropout's)
+    # their own generators: a DataLoader draws a base seed per epoch, which must not move
+    # the global RNG (dropout's, the augmentation's); the framework's stored splits draw none
     return (
         DataLoader(
             train_set,
@@ -156,7 +157,7 @@ def loaders(data: dict, seed: int) -> tuple[DataLoader, DataLoader, int]:
             generator=torch.Generator().manual_seed(seed),
             **common,
         ),
-        DataLoader(val_set, shuffle=False, **common),
+        DataLoader(val_set, shuffle=False, generator=torch.Generator(), **common),
         max(targets) + 1,
     )
 

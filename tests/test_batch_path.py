@@ -8,7 +8,8 @@ import torch
 from hydra.utils import instantiate
 
 from experiments.data import store
-from experiments.data.store import TensorStore, _Flip, _Shift, batch_augmenter, whole_batch
+from experiments.data.loaders import StoreLoader
+from experiments.data.store import TensorStore, _Flip, _Shift, batch_augmenter
 from experiments.data.transforms import RandomShift
 from tests.conftest import REPO, run_cli
 from tests.test_reliability import _assert_same_training_state, _data_position
@@ -30,7 +31,7 @@ def test_stored_batches_equal_the_sample_by_sample_ones(make_cfg, split):
     subset = getattr(dm, f"{split}_set")  # stacked in one pass from the decoded PNGs
     assert store._whole(subset, subset[0][0].shape) is not None
     loader = dm.train_dataloader() if split == "train" else dm.val_dataloader()
-    assert loader.collate_fn is whole_batch and loader.num_workers == 0
+    assert isinstance(loader, StoreLoader) and loader.num_workers == 0
     assert len(cut) == len(collated) > 1
     for (xa, ya), (xb, yb) in zip(cut, collated, strict=True):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
@@ -177,3 +178,37 @@ def test_a_transform_the_whole_array_cannot_take_falls_back_sample_by_sample(tmp
     dm.setup()
     assert store._whole(dm.val_set, dm.val_set[0][0].shape) is None
     assert torch.equal(dm._stores["val"].x[3], dm.val_set[3][0])
+
+
+def test_store_loader_shards_like_distributed_sampler_and_resumes_per_rank():
+    from experiments.data.samplers import EpochShuffleSampler
+
+    n, bs = 103, 8
+    data = TensorStore(torch.arange(n).view(n, 1).float(), torch.arange(n))
+
+    def loader(rank, world, chunk_mb=64.0):
+        out = StoreLoader(data, bs, EpochShuffleSampler(n, seed=5), rank=rank, world_size=world)
+        out.sampler.set_epoch(2)
+        out.chunk_mb = chunk_mb
+        return out
+
+    order = EpochShuffleSampler(n, seed=5)
+    order.set_epoch(2)
+    order = order.order()
+    padded = torch.cat([order, order[: 2 * 52 - n]])
+    shards = [torch.cat([y for _, y in loader(r, 2)]) for r in (0, 1)]
+    assert torch.equal(shards[0], padded[0::2]) and torch.equal(shards[1], padded[1::2])
+    assert len(loader(1, 2)) == 7  # ceil(52 / 8) batches on each rank
+    # a chunk of one batch (a tiny chunk_mb) hands out the same batches as one chunk
+    one = [y for _, y in loader(0, 1)]
+    tiny = [y for _, y in loader(0, 1, chunk_mb=1e-9)]
+    assert len(one) == 13 and all(torch.equal(a, b) for a, b in zip(one, tiny, strict=True))
+    # resumed at epoch 2 after 3 batches: rank 1 goes on with its own 4th batch
+    resumed = loader(1, 2)
+    resumed.sampler.set_epoch(0)
+    resumed.load_state_dict({"epoch": 2, "batches": 3})
+    rest = torch.cat([y for _, y in resumed])
+    assert torch.equal(rest, shards[1][3 * bs :])
+    assert torch.equal(torch.cat([y for _, y in resumed]), shards[1])  # the skip is once
+    x, y = next(iter(StoreLoader(data, bs)))  # val/test: views of the store, in order
+    assert torch.equal(y, torch.arange(bs)) and x.data_ptr() == data.x.data_ptr()

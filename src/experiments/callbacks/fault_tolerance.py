@@ -48,7 +48,8 @@ class FaultTolerance(L.Callback):
     written from a non-finite state. Every checkpoint carries the torch / numpy /
     python / CUDA RNG states, restored just before the first training step of a resumed
     run; the position in the epoch's data order is the train loader's own state, which
-    Lightning saves and restores (``experiments.data.loaders.ResumableLoader``).
+    Lightning saves and restores (``ResumableLoader`` and ``StoreLoader`` in
+    ``experiments.data.loaders``).
 
     Args:
         dirpath: folder of ``last.ckpt``; None means ``<default_root_dir>/checkpoints``.

@@ -14,7 +14,37 @@ from experiments.data.samplers import ClassBalancedSampler, EpochShuffleSampler
 log = logging.getLogger(__name__)
 
 
-class ResumableLoader(DataLoader):
+class _Resumable:
+    """``state_dict`` / ``load_state_dict`` of a train loader: Lightning saves the state of
+    such a loader in every checkpoint and hands it back on resume before the first batch is
+    drawn, so a run resumed mid-epoch skips exactly the batches already trained on."""
+
+    position: Callable[[], tuple[int, int]] | None
+
+    def state_dict(self) -> dict[str, int]:
+        epoch, batches = self.position() if self.position is not None else (0, 0)
+        return {"epoch": int(epoch), "batches": int(batches)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        epoch, batches = int(state.get("epoch", 0)), int(state.get("batches", 0))
+        if not batches:  # saved at an epoch's end: the next epoch starts from its first batch
+            return
+        if not self._skip_batches(epoch, batches):
+            # under DDP Lightning wraps the sampler to shard it: exact at epoch boundaries only
+            log.warning(
+                "resuming mid-epoch under DDP: epoch %d is re-shuffled from its start "
+                "(%d batches were already done)",
+                epoch,
+                batches,
+            )
+            return
+        log.info("resuming mid-epoch: epoch %d from batch %d", epoch, batches)
+
+    def _skip_batches(self, epoch: int, batches: int) -> bool:
+        raise NotImplementedError
+
+
+class ResumableLoader(_Resumable, DataLoader):
     """A DataLoader with ``state_dict`` / ``load_state_dict``: Lightning saves the state of
     such a train loader in every checkpoint and hands it back on resume before the first
     batch is drawn, so a run resumed mid-epoch skips exactly the batches already trained on.
@@ -35,38 +65,114 @@ class ResumableLoader(DataLoader):
         super().__init__(*args, **kwargs)
         self.position = position
 
-    def state_dict(self) -> dict[str, int]:
-        epoch, batches = self.position() if self.position is not None else (0, 0)
-        return {"epoch": int(epoch), "batches": int(batches)}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        epoch, batches = int(state.get("epoch", 0)), int(state.get("batches", 0))
-        if not batches:  # saved at an epoch's end: the next epoch starts from its first batch
-            return
+    def _skip_batches(self, epoch: int, batches: int) -> bool:
         if not hasattr(self.sampler, "skip"):
-            # under DDP Lightning wraps the sampler to shard it: exact at epoch boundaries only
-            log.warning(
-                "resuming mid-epoch under DDP: epoch %d is re-shuffled from its start "
-                "(%d batches were already done)",
-                epoch,
-                batches,
-            )
-            return
+            return False
         self.sampler.set_epoch(epoch)
         self.sampler.skip(batches * int(self.batch_size))
-        log.info("resuming mid-epoch: epoch %d from batch %d", epoch, batches)
+        return True
 
 
-def train_loader(
-    train_set: Dataset,
-    trainer,
-    balanced_targets: list[int] | None = None,
-    **loader_options: Any,
-) -> ResumableLoader:
-    """The training loader: its order is a function of (seed, epoch), not of when Lightning
-    happens to start the iterator, so a resumed run sees the same batches as an
-    uninterrupted one. ``torch.initial_seed()`` is ``seed`` after seed_everything (random
-    when unseeded). With ``balanced_targets`` every class is drawn equally often."""
+class StoreLoader(_Resumable):
+    """Batches of a ``TensorStore`` with no DataLoader, no per-batch index list, no collate.
+
+    Each epoch takes its order from ``sampler`` (a function of seed and epoch) as one
+    tensor, gathers the samples of up to ``chunk_mb`` of batches with one ``index_select``
+    and hands out views of that chunk; without a sampler (val, test) the batches are views
+    of the store itself. A DataLoader spends ~30-90 µs a batch in Python (the sampler's
+    indices one by one, the index list turned back into a tensor, its iterator
+    bookkeeping); this costs a few.
+
+    Under DDP each process takes every ``world_size``-th index of the order from its
+    rank on, padded to an equal count by repeating the first indices, as Lightning's
+    DistributedSampler does (Lightning only shards DataLoaders). Resuming mid-epoch skips
+    the batches this process had trained on, under DDP too.
+
+    Args:
+        store: the split's samples.
+        batch_size: samples per batch (the last batch may be smaller).
+        sampler: ``EpochShuffleSampler`` or ``ClassBalancedSampler``; None: in order.
+        rank, world_size: this process's place under DDP.
+        pin_memory: pin each chunk (CPU store, CUDA present).
+        position: as for ``ResumableLoader``.
+    """
+
+    num_workers = 0
+    batch_sampler = None  # what Lightning looks for on a loader besides ``sampler``
+    chunk_mb = 64.0
+
+    def __init__(
+        self,
+        store,
+        batch_size: int,
+        sampler=None,
+        rank: int = 0,
+        world_size: int = 1,
+        pin_memory: bool = False,
+        position: Callable[[], tuple[int, int]] | None = None,
+    ) -> None:
+        self.dataset = store
+        self.batch_size = int(batch_size)
+        self.sampler = sampler
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        self.position = position
+        self._skip = 0
+
+    def _count(self) -> int:  # samples this process sees in an epoch
+        total = len(self.sampler) if self.sampler is not None else len(self.dataset)
+        return -(-total // self.world_size)
+
+    def __len__(self) -> int:
+        return -(-self._count() // self.batch_size)
+
+    def _skip_batches(self, epoch: int, batches: int) -> bool:
+        if self.sampler is not None:
+            self.sampler.set_epoch(epoch)
+        self._skip = batches * self.batch_size
+        return True
+
+    def _order(self) -> torch.Tensor | None:
+        """This process's indices for the epoch; None: the whole store in order."""
+        if self.sampler is not None:
+            order = self.sampler.order()
+        elif self.world_size > 1:
+            order = torch.arange(len(self.dataset))
+        else:
+            return None
+        if self.world_size > 1:
+            pad = self._count() * self.world_size - len(order)
+            order = torch.cat([order, order[:pad]]) if pad else order
+            order = order[self.rank :: self.world_size]
+        return order
+
+    def __iter__(self):
+        x, y = self.dataset.x, self.dataset.y
+        skip, self._skip = self._skip, 0
+        order, bs = self._order(), self.batch_size
+        if order is None:
+            for start in range(skip, len(x), bs):
+                yield self._pinned(x[start : start + bs]), self._pinned(y[start : start + bs])
+            return
+        order = order[skip:].to(x.device)
+        sample_bytes = max(x[:1].nbytes + y[:1].nbytes, 1)
+        chunk = bs * max(1, min(64, int(self.chunk_mb * 2**20 // (sample_bytes * bs))))
+        for first in range(0, len(order), chunk):
+            index = order[first : first + chunk]
+            xs = self._pinned(x.index_select(0, index))
+            ys = self._pinned(y.index_select(0, index))
+            for start in range(0, len(index), bs):
+                yield xs[start : start + bs], ys[start : start + bs]
+
+    def _pinned(self, t: torch.Tensor) -> torch.Tensor:
+        return t.pin_memory() if self.pin_memory and t.device.type == "cpu" else t
+
+
+def _train_sampler(size: int, trainer, balanced_targets: list[int] | None):
+    """The training order, a function of (seed, epoch), not of when Lightning happens to
+    start the iterator, so a resumed run sees the same batches as an uninterrupted one.
+    ``torch.initial_seed()`` is ``seed`` after seed_everything (random when unseeded).
+    With ``balanced_targets`` every class is drawn equally often."""
     # the index of the epoch about to run; unlike trainer.current_epoch it is already
     # advanced when a run resumes from an end-of-epoch checkpoint (workers draw the
     # order as soon as the loader is iterated, before Lightning calls set_epoch)
@@ -75,8 +181,14 @@ def train_loader(
     if balanced_targets is not None:
         sampler = ClassBalancedSampler(balanced_targets, torch.initial_seed(), generator)
     else:
-        sampler = EpochShuffleSampler(len(train_set), torch.initial_seed(), generator)
+        sampler = EpochShuffleSampler(size, torch.initial_seed(), generator)
     sampler.set_epoch(epoch)
+    return sampler
+
+
+def _position(trainer) -> Callable[[], tuple[int, int]] | None:
+    if trainer is None:
+        return None
 
     def position() -> tuple[int, int]:
         """``(epoch, batches of it trained on)``; 0 batches at an epoch's end."""
@@ -85,19 +197,30 @@ def train_loader(
             done = 0
         return trainer.current_epoch, int(done)
 
+    return position
+
+
+def train_loader(
+    train_set: Dataset,
+    trainer,
+    balanced_targets: list[int] | None = None,
+    **loader_options: Any,
+) -> ResumableLoader:
+    """The training DataLoader (samples one by one, workers, collate), resumable."""
+    sampler = _train_sampler(len(train_set), trainer, balanced_targets)
     return ResumableLoader(
         train_set,
         sampler=sampler,
-        generator=generator,
-        position=position if trainer is not None else None,
+        generator=sampler.generator,
+        position=_position(trainer),
         **loader_options,
     )
 
 
-def loader(dm, split: str) -> DataLoader:
-    """The DataLoader of ``dm``'s ``split`` (train, val, test): cut from its TensorStore
-    when it has one (no workers, no collate; on the model's device when
-    ``data.device_resident`` allows), else sample by sample through the dataset."""
+def loader(dm, split: str) -> DataLoader | StoreLoader:
+    """The loader of ``dm``'s ``split`` (train, val, test): a ``StoreLoader`` over its
+    TensorStore when it has one (on the model's device when ``data.device_resident``
+    allows), else a DataLoader reading sample by sample through the dataset."""
     from experiments.data import store
 
     options: dict[str, Any] = {
@@ -108,16 +231,23 @@ def loader(dm, split: str) -> DataLoader:
     }
     dataset = getattr(dm, f"{split}_set")
     trainer = getattr(dm, "trainer", None)
+    balanced = dm.sampler == "balanced"
+    targets = dm.train_targets("data.sampler=balanced") if balanced and split == "train" else None
     if split in dm._stores:
         if trainer is not None:
             device = trainer.strategy.root_device
             dm._stores[split] = store.resident(dm._stores[split], device, dm.device_resident, split)
-        dataset = dm._stores[split]
-        on_device = dataset.x.device.type != "cpu"
-        options.update(num_workers=0, persistent_workers=False, collate_fn=store.whole_batch)
-        options["pin_memory"] = dm.pin_memory and not on_device
+        data = dm._stores[split]
+        train = split == "train"
+        return StoreLoader(
+            data,
+            dm.batch_size,
+            sampler=_train_sampler(len(data), trainer, targets) if train else None,
+            rank=trainer.global_rank if trainer is not None else 0,
+            world_size=trainer.world_size if trainer is not None else 1,
+            pin_memory=dm.pin_memory,
+            position=_position(trainer) if train else None,
+        )
     if split != "train":
         return DataLoader(dataset, shuffle=False, **options)
-    balanced = dm.sampler == "balanced"
-    targets = dm.train_targets("data.sampler=balanced") if balanced else None
     return train_loader(dataset, trainer, balanced_targets=targets, **options)

@@ -46,12 +46,15 @@ class EpochShuffleSampler(Sampler[int]):
     def _epoch_seed(self) -> int:
         return (self.seed * 1_000_003 + self.epoch) % (2**63 - 1)
 
-    def __iter__(self) -> Iterator[int]:
-        order = torch.randperm(
+    def order(self) -> torch.Tensor:
+        """This epoch's whole order, ``(num_samples,)`` indices."""
+        return torch.randperm(
             self.num_samples, generator=torch.Generator().manual_seed(self._epoch_seed())
-        ).tolist()
+        )
+
+    def __iter__(self) -> Iterator[int]:
         skip, self._skip = self._skip, 0
-        yield from order[skip:]
+        yield from self.order()[skip:].tolist()
 
     def __len__(self) -> int:
         return self.num_samples
@@ -75,8 +78,6 @@ class ClassBalancedSampler(EpochShuffleSampler):
         self.weights = (1.0 / counts)[labels]  # (N,)
         super().__init__(len(targets), seed, generator)
 
-    def __iter__(self) -> Iterator[int]:
+    def order(self) -> torch.Tensor:
         gen = torch.Generator().manual_seed(self._epoch_seed())
-        order = torch.multinomial(self.weights, self.num_samples, True, generator=gen).tolist()
-        skip, self._skip = self._skip, 0
-        yield from order[skip:]
+        return torch.multinomial(self.weights, self.num_samples, True, generator=gen)

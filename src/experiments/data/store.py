@@ -1,7 +1,8 @@
 """The batch-level data path: a split whose samples can all be cached is stacked once into
-one tensor, and a batch is cut from it by index (``__getitems__``): no per-sample Python,
-no collate. Random augmentation that works on a whole batch (shifts = crop with padding,
-horizontal flips) then runs on the batch, on the model's device
+one tensor, and its batches are cut from it with no per-sample Python and no collate
+(``experiments.data.loaders.StoreLoader``: one gather per chunk of batches, then views).
+Random augmentation that works on a whole batch (shifts = crop with padding, horizontal
+flips) then runs on the batch, on the model's device
 (``ImageDataModule.on_after_batch_transfer``).
 
 The order of samples stays the sampler's (seeded per epoch, exact mid-epoch resume, DDP
@@ -42,11 +43,6 @@ class TensorStore(Dataset):
 
     def to(self, device) -> TensorStore:
         return TensorStore(self.x.to(device), self.y.to(device))
-
-
-def whole_batch(batch):
-    """The collate of a TensorStore loader: ``__getitems__`` already made the batch."""
-    return batch
 
 
 def stack(split: Dataset, max_mb: float, name: str) -> TensorStore | None:
