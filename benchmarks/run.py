@@ -161,30 +161,30 @@ WHY = {
     "~70 ms step. Noise between blocks (±20%) is larger than the 3% target.",
     "overhead": "per-batch hooks a callback inherits unchanged are skipped, the "
     "finite-loss check reads loss.item() on a CPU (no isfinite op), training_step returns "
-    "only the loss and per-class metrics go to the loggers without self.log (~0.3 ms per "
-    "key). What remains above bare Lightning (which has no logger, checkpoint or progress "
-    "bar): Lightning's logger connector and result collection, ModelCheckpoint's per-batch "
-    "check (~13 µs), the torchmetrics wrappers around the two on-device sums (~20 µs over "
+    "only the loss, and the step loss and per-class metrics go to the loggers without "
+    "self.log (~1.5 ms per call). What remains above bare Lightning (which has no logger, "
+    "checkpoint or progress bar): Lightning's logger connector, ModelCheckpoint's per-batch "
+    "check (~10 µs), the torchmetrics wrappers around the two on-device sums (~20 µs over "
     "the hand loop's same work), and, on these short epochs (107 steps), the epoch-level "
     "work: two checkpoint formats, the CSV flush, ~8 self.log calls. One slow block moves "
     "the figure by hundreds of µs (see the range).",
-    "first": "~3.9 s of both is `import lightning` (torchmetrics -> torchvision -> "
-    "torch._dynamo, scipy.signal). On top of it the framework composes the config twice "
-    "(the pre-check that turns Hydra errors into one line, then Hydra), prints the config "
-    "tree, writes provenance (env.json, git diff), builds the logger and its "
-    "hyper-parameters, and stacks the whole split into one tensor before the first step "
-    "(0.17 s on the digits).",
+    "first": "~3.5 s of both is `import lightning` (torchmetrics -> torchvision -> "
+    "torch._dynamo, scipy.signal). The framework composes the config once (the pre-check's "
+    "composition is what Hydra runs), pauses the cyclic garbage collector until training "
+    "starts (full collections over the ~500k objects of start-up cost ~0.7 s), then prints "
+    "the config tree, writes provenance, builds the logger and stacks the split into one "
+    "tensor (0.12 s on the digits). Bare Lightning pays the collections.",
     "cli": "Hydra's `--help` renders every config group (import of hydra + composition); "
     "`--cfg job` and config errors stay under 1 s. torch/lightning are not imported.",
-    "wait": "loading itself is now ~33 µs per batch (a DataLoader over the TensorStore: "
-    "7 µs of index_select, the rest DataLoader machinery). The profiling callback times "
-    "Lightning's train_dataloader_next action, which also holds Lightning's fetcher and "
-    "combined-loader bookkeeping: the in-memory floor in section 3 is the same size as the "
-    "default run's share, so what remains is not the data.",
+    "wait": "a batch of a stored split is two views of a chunk gathered once (StoreLoader, "
+    "no DataLoader): ~20 µs per fetch inside a run, most of it Lightning's fetcher and "
+    "combined loader. The profiling callback times Lightning's train_dataloader_next "
+    "action, with torch.profiler recording every op, so a slow block moves it.",
     "tta": "the digits reach 0.97 in the first epoch (0.3 s of training): a start-up race. "
-    "The hand loop imports torch alone (1.6 s); the framework imports Lightning (3.9 s with "
-    "torch) and Hydra and writes a run dir. Per epoch after the first the two are close "
-    "(see the s-per-epoch column).",
+    "The hand loop imports torch alone (~1.5 s); a process that does nothing but "
+    "`import lightning` already takes longer than the hand loop's whole time to target "
+    "(the floor line under the table). Per epoch after the first the two are close (see "
+    "the s-per-epoch column); on MNIST, where training dominates, the framework wins.",
 }
 
 
@@ -301,18 +301,21 @@ def _loader_rate(dataset, workers: int, pin: bool, epochs: int) -> float:
     """Samples/s over ``epochs`` passes after a warm-up pass (persistent workers)."""
     from torch.utils.data import DataLoader
 
-    from experiments.data.store import TensorStore, whole_batch
+    from experiments.data.loaders import StoreLoader
+    from experiments.data.samplers import EpochShuffleSampler
+    from experiments.data.store import TensorStore
 
-    batched = isinstance(dataset, TensorStore)
-    loader = DataLoader(
-        dataset,
-        batch_size=64,
-        shuffle=True,
-        num_workers=workers,
-        pin_memory=pin,
-        persistent_workers=workers > 0,
-        collate_fn=whole_batch if batched else None,
-    )
+    if isinstance(dataset, TensorStore):  # the framework's loader of a stored split
+        loader = StoreLoader(dataset, 64, sampler=EpochShuffleSampler(len(dataset)))
+    else:
+        loader = DataLoader(
+            dataset,
+            batch_size=64,
+            shuffle=True,
+            num_workers=workers,
+            pin_memory=pin,
+            persistent_workers=workers > 0,
+        )
     for _ in loader:  # warm-up: worker start-up, first decode into the caches
         pass
     t = time.perf_counter()

@@ -358,6 +358,7 @@ class RecipeResult:
     max_epochs: int
     runs: dict[str, list[Run]]
     skipped: str | None = None
+    import_s: list[float] = field(default_factory=list)  # `import lightning` alone, per block
 
 
 def bench_recipe(recipe: str, blocks: int, work: Path, opts, log) -> RecipeResult:
@@ -379,7 +380,12 @@ def bench_recipe(recipe: str, blocks: int, work: Path, opts, log) -> RecipeResul
     spec_file.write_text(json.dumps(spec, indent=1))
     env = child_env(opts.threads)
     runs: dict[str, list[Run]] = {v: [] for v in VARIANTS}
+    import_s = []
     for block in range(blocks):
+        # the floor of any Lightning-based run: a process that only imports Lightning
+        t = time.time()
+        subprocess.run([sys.executable, "-c", "import lightning"], env=env, check=True)
+        import_s.append(time.time() - t)
         seed = spec["seed"] + (block if opts.vary_seed else 0)
         for variant in VARIANTS[block % 2 :] + VARIANTS[: block % 2]:
             tag = f"{recipe}-{variant.replace(' ', '_')}-{block}"
@@ -394,7 +400,7 @@ def bench_recipe(recipe: str, blocks: int, work: Path, opts, log) -> RecipeResul
             f"  {recipe} block {block + 1}/{blocks} (seed {seed}): "
             + ", ".join(runs[v][-1].describe() for v in VARIANTS)
         )
-    return RecipeResult(recipe, target, spec["max_epochs"], runs)
+    return RecipeResult(recipe, target, spec["max_epochs"], runs, import_s=import_s)
 
 
 def bench(work: Path, recipes: list[str], repeats: dict[str, int], opts, log) -> dict:
@@ -482,6 +488,14 @@ def report_lines(results: dict, threads: int) -> list[str]:
             "- framework / hand loop at the same epoch (the earlier of the two reached): "
             + ratio_text(paired_ratios(res, same_epoch=True)),
         ]
+        hand = [r.hit[1] for r in res.runs[VARIANTS[1]] if r.hit]
+        if res.import_s and hand:
+            floor = Stats(res.import_s)
+            lines.append(
+                f"- floor: a process that only runs `import lightning` takes "
+                f"{floor.fmt(1, 2)} s, {floor.median / Stats(hand).median:.2f}× the hand "
+                "loop's whole time to target"
+            )
         missed = [r for v in VARIANTS for r in res.runs[v] if not r.hit]
         for r in missed:
             best = max((acc for _, acc, _ in r.epochs), default=float("nan"))
