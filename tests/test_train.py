@@ -130,6 +130,21 @@ def test_per_batch_hooks_a_callback_does_not_override_are_skipped(make_cfg, tmp_
     assert fault.on_before_backward is None and callable(fault.on_train_batch_end)
     accuracy = next(c for c in trainer.callbacks if isinstance(c, ValidationAccuracy))
     assert accuracy.on_train_batch_start is None and callable(accuracy.on_validation_epoch_end)
+    # Lightning's own, idle as configured: epoch-end checkpoints, per-epoch learning rates
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+
+    checkpoint = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint))
+    monitor = next(c for c in trainer.callbacks if isinstance(c, LearningRateMonitor))
+    assert checkpoint.on_train_batch_end is None and monitor.on_train_batch_start is None
+    busy = make_cfg(
+        "+callbacks.model_checkpoint.every_n_train_steps=5",
+        "callbacks.model_checkpoint.every_n_epochs=null",
+        "callbacks.lr_monitor.logging_interval=step",
+    )
+    busy_trainer = build.trainer(busy, build.callbacks(busy, with_logger=True), [])
+    checkpoint = next(c for c in busy_trainer.callbacks if isinstance(c, ModelCheckpoint))
+    monitor = next(c for c in busy_trainer.callbacks if isinstance(c, LearningRateMonitor))
+    assert callable(checkpoint.on_train_batch_end) and callable(monitor.on_train_batch_start)
 
     metrics = train(cfg)  # the same build path: per-class values reach the CSV and metrics
     assert "val/recall/0" in metrics and "val/acc_class/0" in metrics

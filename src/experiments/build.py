@@ -134,7 +134,8 @@ PER_BATCH_HOOKS = (
 
 
 def _skip_unused_hooks(callbacks: list) -> None:
-    """Null the per-batch hooks each callback inherits unchanged from ``L.Callback``.
+    """Null the per-batch hooks each callback inherits unchanged from ``L.Callback``, and
+    those of Lightning's own callbacks that return at once as configured (``_idle``).
 
     Lightning calls every per-batch hook of every callback on every step, the base class's
     no-ops too, but only when the hook is callable: a None on the instance is skipped.
@@ -144,8 +145,29 @@ def _skip_unused_hooks(callbacks: list) -> None:
     for callback in callbacks:
         for name in PER_BATCH_HOOKS:
             inherited = getattr(type(callback), name, None) is getattr(L.Callback, name)
-            if inherited and name not in vars(callback):
+            if (inherited or _idle(callback, name)) and name not in vars(callback):
                 setattr(callback, name, None)
+
+
+def _idle(callback, name: str) -> bool:
+    """A per-batch hook of Lightning's ModelCheckpoint / LearningRateMonitor (not of a
+    subclass that overrides it) that returns without doing anything as configured:
+    checkpoints only at epoch ends, learning rates logged per epoch."""
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+
+    for cls, hook in (
+        (ModelCheckpoint, "on_train_batch_end"),
+        (LearningRateMonitor, "on_train_batch_start"),
+    ):
+        if name == hook and isinstance(callback, cls):
+            if getattr(type(callback), name) is not getattr(cls, name):
+                return False
+    if name == "on_train_batch_end" and isinstance(callback, ModelCheckpoint):
+        steps = getattr(callback, "_every_n_train_steps", 1)
+        return steps < 1 and getattr(callback, "_train_time_interval", 1) is None
+    if name == "on_train_batch_start" and isinstance(callback, LearningRateMonitor):
+        return callback.logging_interval == "epoch"
+    return False
 
 
 def single_device_tester(cfg: DictConfig, trainer, loggers: list):
