@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import os
 
 from lightning.pytorch.loggers import CSVLogger as _LightningCSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
@@ -18,12 +19,21 @@ class _AppendingWriter(ExperimentWriter):
 
     # Lightning's writer only knows the columns it wrote itself; a new writer on an existing
     # file rewrote it with fewer columns and crashed (csv.DictWriter: fields not in header).
+    # The header is read again only when the file is not as this writer left it (every log
+    # step saves: reading it each time cost a file open per save).
+    _left_size: int | None = None
+
     def save(self) -> None:
-        if self.metrics and self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as f:
+        if not self.metrics:
+            return
+        path = self.metrics_file_path
+        size = os.path.getsize(path) if os.path.isfile(path) else None
+        if size is not None and size != self._left_size:
+            with self._fs.open(path, "r", newline="") as f:
                 header = next(csv.reader(f), [])
             self.metrics_keys = sorted(set(self.metrics_keys) | set(header))
         super().save()
+        self._left_size = os.path.getsize(path)
 
 
 class CSVLogger(_LightningCSVLogger):
