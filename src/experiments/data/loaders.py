@@ -150,19 +150,17 @@ class StoreLoader(_Resumable):
         x, y = self.dataset.x, self.dataset.y
         skip, self._skip = self._skip, 0
         order, bs = self._order(), self.batch_size
+        # each batch is one of the views ``split`` made for a whole chunk: no op per batch
         if order is None:
-            for start in range(skip, len(x), bs):
-                yield self._pinned(x[start : start + bs]), self._pinned(y[start : start + bs])
+            for xb, yb in zip(x[skip:].split(bs), y[skip:].split(bs), strict=True):
+                yield self._pinned(xb), self._pinned(yb)
             return
         order = order[skip:].to(x.device)
         sample_bytes = max(x[:1].nbytes + y[:1].nbytes, 1)
         chunk = bs * max(1, min(64, int(self.chunk_mb * 2**20 // (sample_bytes * bs))))
-        for first in range(0, len(order), chunk):
-            index = order[first : first + chunk]
-            xs = self._pinned(x.index_select(0, index))
-            ys = self._pinned(y.index_select(0, index))
-            for start in range(0, len(index), bs):
-                yield xs[start : start + bs], ys[start : start + bs]
+        for index in order.split(chunk):
+            xs = self._pinned(x.index_select(0, index)).split(bs)
+            yield from zip(xs, self._pinned(y.index_select(0, index)).split(bs), strict=True)
 
     def _pinned(self, t: torch.Tensor) -> torch.Tensor:
         return t.pin_memory() if self.pin_memory and t.device.type == "cpu" else t
