@@ -159,3 +159,30 @@ def test_per_batch_hooks_a_callback_does_not_override_are_skipped(make_cfg, tmp_
     assert [e for _, e in steps] == sorted(e for _, e in steps) and {e for _, e in steps} == {0, 1}
     last = [float(r["train/loss_step"]) for r in rows if r.get("train/loss_step")][-1]
     assert metrics["train/loss_step"] == pytest.approx(last)
+
+
+def test_train_epoch_accuracy_and_loss_are_those_of_every_training_sample(make_cfg, tmp_path):
+    """With lr=0 the weights never move, so the epoch's train/acc and train/loss must equal
+    the net's accuracy and mean loss over the whole training split, however it was batched;
+    a run stopped by max_steps mid-epoch still records them."""
+    from hydra.utils import instantiate
+
+    cfg = make_cfg("optimizer.lr=0.0", "trainer.max_epochs=1", "logger=none", "test=false")
+    cfg.optimizer.momentum = 0.0
+    metrics = train(cfg)
+    dm = instantiate(cfg.data)
+    dm.setup("fit")
+    net = instantiate(cfg.model.net, in_shape=dm.input_shape, num_classes=dm.num_classes)
+    state = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)
+    net.load_state_dict(state)
+    x, y = (torch.cat(t) for t in zip(*dm.train_dataloader(), strict=True))
+    with torch.no_grad():
+        logits = net(x)
+    loss = torch.nn.functional.cross_entropy(logits, y, label_smoothing=cfg.model.label_smoothing)
+    assert metrics["train/acc"] == pytest.approx(float((logits.argmax(1) == y).float().mean()))
+    assert metrics["train/loss"] == pytest.approx(float(loss), rel=1e-5)
+
+    stopped = train(
+        make_cfg("+trainer.max_steps=3", f"paths.output_dir={tmp_path / 'b'}", "logger=none")
+    )
+    assert 0.0 <= stopped["train/acc"] <= 1.0 and stopped["train/loss"] > 0

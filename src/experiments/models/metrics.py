@@ -82,23 +82,32 @@ def summarize(
     return {name: value.float() for name, value in out.items()}
 
 
-class Accuracy(Metric):
-    """Share of argmax predictions equal to the label, kept on the device: what training
-    logs (``train/acc``), at two summed counters per step."""
-
-    full_state_update = False
+class TrainTotals(torch.nn.Module):
+    """The training epoch's accuracy and loss as on-device sums, added to in place each step
+    (no torchmetrics wrapper, no Lightning result state per step); ``take`` sums them over
+    ranks, returns ``train/acc`` and ``train/loss`` and starts them again at zero."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.add_state("correct", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("total", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+        self.register_buffer("correct", torch.zeros((), dtype=torch.long), persistent=False)
+        self.register_buffer("loss_sum", torch.zeros((), dtype=torch.float64), persistent=False)
+        self.seen = [0]  # a list: an int attribute would go through nn.Module.__setattr__
 
-    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:  # (B, K), (B,)
-        self.correct.add_((logits.argmax(dim=1) == labels).sum())  # in place, as above
-        self.total.add_(labels.numel())
+    def add(self, logits: torch.Tensor, labels: torch.Tensor, loss: torch.Tensor, n: int) -> None:
+        self.correct.add_((logits.argmax(dim=1) == labels).sum())  # (B, K), (B,)
+        self.loss_sum.add_(loss.detach() * n)
+        self.seen[0] += n
 
-    def compute(self) -> torch.Tensor:
-        return self.correct.float() / self.total.clamp_min(1)
+    def take(self, strategy) -> dict[str, torch.Tensor]:
+        seen = torch.tensor(float(self.seen[0]), dtype=torch.float64, device=self.correct.device)
+        sums = torch.stack((self.correct.double(), self.loss_sum, seen))
+        if strategy is not None:  # a no-op on one device
+            sums = strategy.reduce(sums, reduce_op="sum")
+        self.correct.zero_()
+        self.loss_sum.zero_()
+        self.seen[0] = 0
+        n = sums[2].clamp_min(1)
+        return {"train/acc": (sums[0] / n).float(), "train/loss": (sums[1] / n).float()}
 
 
 class RunningMean(Metric):
@@ -129,6 +138,23 @@ def resolve_top_k(top_k, num_classes: int) -> int | None:
             f"model.top_k={top_k} must be between 1 and the {num_classes} classes (or null, auto)"
         )
     return int(top_k)
+
+
+def epoch_ends_here(trainer, global_step: int) -> bool:
+    """This training step is the epoch's last (or the run's, by ``max_steps``)."""
+    if trainer is None:
+        return False
+    steps = trainer.max_steps
+    last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+    return last or (steps is not None and 0 < steps <= global_step + 1)
+
+
+def logging_step(trainer, global_step: int) -> bool:
+    """The steps on which Lightning hands logged values to the loggers; others are dropped."""
+    if trainer is None:
+        return False
+    every = max(int(trainer.log_every_n_steps), 1)
+    return (global_step + 1) % every == 0 or trainer.should_stop
 
 
 def log_step(trainer, values: dict[str, torch.Tensor]) -> None:

@@ -15,11 +15,13 @@ from experiments.models import finetune
 from experiments.models.ema import ema_copy, update_ema
 from experiments.models.losses import check_class_weights, make_loss
 from experiments.models.metrics import (
-    Accuracy,
     ConfusionStats,
     RunningMean,
+    TrainTotals,
+    epoch_ends_here,
     log_step,
     log_to_loggers,
+    logging_step,
     resolve_top_k,
     summarize,
 )
@@ -125,11 +127,11 @@ class ClassificationModule(L.LightningModule):
         self.scheduler_interval = scheduler_interval
         self.loss_fn = make_loss(str(loss), float(label_smoothing), weights, focal_gamma)
         # one metric per stage: their states must not mix (nn.Module owns "train", so no ModuleDict)
-        # training: accuracy only (two counters per step); val/test: the confusion matrix
-        self.train_acc = Accuracy()
+        # training: accuracy and loss as plain sums; val/test: the confusion matrix
+        self.train_totals = TrainTotals()
         self.val_stats = ConfusionStats(num_classes, self.top_k)
         self.test_stats = ConfusionStats(num_classes, self.top_k)
-        self.train_loss, self.val_loss, self.test_loss = RunningMean(), RunningMean(), RunningMean()
+        self.val_loss, self.test_loss = RunningMean(), RunningMean()
         self.per_class_metrics = bool(per_class_metrics) and int(num_classes) <= 100
         self._registered: set[str] = set()  # stages whose epoch loss is handed to self.log
         finetune.freeze_for_good(net, freeze)
@@ -180,29 +182,24 @@ class ClassificationModule(L.LightningModule):
         labels = y.argmax(dim=1) if y.ndim == 2 else y
         # Per step only device-side updates: a self.log call costs ~1 ms of Python on
         # Lightning's side, and .item() would wait for the device.
-        getattr(self, "train_acc" if stage == "train" else f"{stage}_stats").update(
-            logits.detach(), labels
-        )
+        epoch = {"on_step": False, "on_epoch": True}
+        if stage == "train":  # no Lightning result state per step: logged once, at the end
+            self.train_totals.add(logits.detach(), labels, loss, x.shape[0])
+            if epoch_ends_here(self._trainer, self.global_step):
+                values = self.train_totals.take(self.trainer.strategy)
+                self.log("train/loss", values["train/loss"], prog_bar=True, **epoch)
+                self.log("train/acc", values["train/acc"], **epoch)
+            if logging_step(self._trainer, self.global_step):
+                log_step(self._trainer, {"train/loss_step": loss.detach()})
+            return loss
+        getattr(self, f"{stage}_stats").update(logits.detach(), labels)
         getattr(self, f"{stage}_loss").update(loss, x.shape[0])
         if stage not in self._registered:
             # once per epoch: Lightning computes and resets these Metric objects at epoch end
             self._registered.add(stage)
-            epoch = {"on_step": False, "on_epoch": True}
             self.log(f"{stage}/loss", getattr(self, f"{stage}_loss"), prog_bar=True, **epoch)
-            if stage == "train":
-                self.log("train/acc", self.train_acc, **epoch)
-        if stage == "train" and self._log_this_step():
-            log_step(self._trainer, {"train/loss_step": loss.detach()})
         # only the loss: Lightning walks every other returned tensor on every step
         return loss
-
-    def _log_this_step(self) -> bool:
-        # the steps on which Lightning hands logged values to the loggers; others are dropped
-        trainer = self._trainer
-        if trainer is None:
-            return False
-        every = max(int(trainer.log_every_n_steps), 1)
-        return (self.global_step + 1) % every == 0 or trainer.should_stop
 
     def _log_epoch_stats(self, stage: str) -> None:
         """Once per epoch: the confusion matrix (summed over ranks) -> every metric."""
@@ -226,7 +223,6 @@ class ClassificationModule(L.LightningModule):
         log_to_loggers(self._trainer, per_class)
 
     def on_train_epoch_start(self) -> None:
-        self._registered.discard("train")
         if self.freeze_backbone_epochs > 0:
             frozen = self.current_epoch < self.freeze_backbone_epochs
             self._backbone_frozen = frozen
