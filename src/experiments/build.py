@@ -144,28 +144,26 @@ def _skip_unused_hooks(callbacks: list) -> None:
 
     for callback in callbacks:
         for name in PER_BATCH_HOOKS:
-            inherited = getattr(type(callback), name, None) is getattr(L.Callback, name)
-            if (inherited or _idle(callback, name)) and name not in vars(callback):
+            idle = _unchanged(callback, L.Callback, name) or _idle(callback, name)
+            if idle and name not in vars(callback):
                 setattr(callback, name, None)
 
 
+def _unchanged(callback, cls: type, name: str) -> bool:
+    """``callback`` is a ``cls`` whose hook ``name`` is ``cls``'s own (not overridden)."""
+    return isinstance(callback, cls) and getattr(type(callback), name, None) is getattr(cls, name)
+
+
 def _idle(callback, name: str) -> bool:
-    """A per-batch hook of Lightning's ModelCheckpoint / LearningRateMonitor (not of a
-    subclass that overrides it) that returns without doing anything as configured:
-    checkpoints only at epoch ends, learning rates logged per epoch."""
+    """A per-batch hook of Lightning's ModelCheckpoint / LearningRateMonitor (not one a
+    subclass overrides) that returns without doing anything as configured: checkpoints
+    only at epoch ends, learning rates logged per epoch."""
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
-    for cls, hook in (
-        (ModelCheckpoint, "on_train_batch_end"),
-        (LearningRateMonitor, "on_train_batch_start"),
-    ):
-        if name == hook and isinstance(callback, cls):
-            if getattr(type(callback), name) is not getattr(cls, name):
-                return False
-    if name == "on_train_batch_end" and isinstance(callback, ModelCheckpoint):
+    if name == "on_train_batch_end" and _unchanged(callback, ModelCheckpoint, name):
         steps = getattr(callback, "_every_n_train_steps", 1)
         return steps < 1 and getattr(callback, "_train_time_interval", 1) is None
-    if name == "on_train_batch_start" and isinstance(callback, LearningRateMonitor):
+    if name == "on_train_batch_start" and _unchanged(callback, LearningRateMonitor, name):
         return callback.logging_interval == "epoch"
     return False
 

@@ -33,10 +33,6 @@ class TensorStore(Dataset):
     def __getitem__(self, index: int):
         return self.x[index], self.y[index]
 
-    def __getitems__(self, indices: list[int]):
-        index = torch.as_tensor(indices, device=self.x.device)
-        return self.x.index_select(0, index), self.y.index_select(0, index)
-
     @property
     def nbytes(self) -> int:
         return self.x.nbytes + self.y.nbytes

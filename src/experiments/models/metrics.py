@@ -167,13 +167,8 @@ def log_step(trainer, values: dict[str, torch.Tensor]) -> None:
     Lightning's logging does too); ``trainer.callback_metrics`` keeps the latest, which
     the progress bar shows and ``metrics.json`` records.
     """
-    floats = {key: float(value) for key, value in values.items()}
-    trainer.callback_metrics.update({k: torch.tensor(v) for k, v in floats.items()})
-    if trainer.is_global_zero and trainer.loggers:
-        row = {**floats, "epoch": trainer.current_epoch}
-        step = trainer.fit_loop.epoch_loop._batches_that_stepped
-        for logger in trainer.loggers:
-            logger.log_metrics(row, step=step)  # Lightning saves them after this step
+    # Lightning saves the loggers after this step
+    _to_loggers(trainer, values, step=trainer.fit_loop.epoch_loop._batches_that_stepped)
 
 
 def log_to_loggers(trainer, values: dict[str, Any]) -> None:
@@ -187,12 +182,18 @@ def log_to_loggers(trainer, values: dict[str, Any]) -> None:
     """
     if trainer is None or not values or trainer.sanity_checking:
         return
+    _to_loggers(trainer, values, step=trainer.global_step)
+
+
+def _to_loggers(trainer, values: dict[str, Any], step: int) -> None:
+    """``values`` as floats into ``trainer.callback_metrics`` and, on rank 0, as one row
+    (with ``epoch``) at ``step`` to every logger."""
     floats = {key: float(value) for key, value in values.items()}
     trainer.callback_metrics.update({k: torch.tensor(v) for k, v in floats.items()})
     if trainer.is_global_zero:
         row = {**floats, "epoch": trainer.current_epoch}
         for logger in trainer.loggers:
-            logger.log_metrics(row, step=trainer.global_step)
+            logger.log_metrics(row, step=step)
 
 
 def run_test(trainer, model, datamodule) -> dict[str, float]:

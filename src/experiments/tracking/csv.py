@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import csv
-import os
 
 from lightning.pytorch.loggers import CSVLogger as _LightningCSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
@@ -26,14 +25,14 @@ class _AppendingWriter(ExperimentWriter):
     def save(self) -> None:
         if not self.metrics:
             return
-        path = self.metrics_file_path
-        size = os.path.getsize(path) if os.path.isfile(path) else None
+        fs, path = self._fs, self.metrics_file_path
+        size = fs.size(path) if fs.isfile(path) else None
         if size is not None and size != self._left_size:
-            with self._fs.open(path, "r", newline="") as f:
+            with fs.open(path, "r", newline="") as f:
                 header = next(csv.reader(f), [])
             self.metrics_keys = sorted(set(self.metrics_keys) | set(header))
         super().save()
-        self._left_size = os.path.getsize(path)
+        self._left_size = fs.size(path)
 
 
 class CSVLogger(_LightningCSVLogger):
