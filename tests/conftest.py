@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -76,14 +78,54 @@ def write_image_folder(
     return csv_file, image_dir
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 300, env_extra: dict | None = None):
-    """Run ``python -m experiments.train ...`` (or another module via args) in a subprocess."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
-    return subprocess.run(
-        [sys.executable, *args],
+# generous: a subprocess test waits for an event (an exit), never for a guessed duration, and
+# the limit only decides how long a hung one is left before it is killed and reported; under
+# `make test-stress` (a CPU hog on every core) a CLI start costs several times its idle time
+SUBPROCESS_TIMEOUT = 600.0
+
+
+def run_process(
+    cmd: list[str],
+    timeout: float = SUBPROCESS_TIMEOUT,
+    env: dict | None = None,
+    cwd: Path | str | None = None,
+    check: bool = False,
+    input: str | None = None,
+) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)`` for tests: past ``timeout`` the
+    process and everything it started (its own session) are killed, and the test fails with
+    the command and the tail of its output instead of hanging or losing what it printed."""
+    proc = subprocess.Popen(
+        [str(c) for c in cmd],
         cwd=cwd,
         env=env,
-        capture_output=True,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
+        start_new_session=True,
     )
+    try:
+        out, err = proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(
+            f"timed out after {timeout:.0f}s and killed: {' '.join(map(str, cmd))}\n"
+            f"---- stdout (tail)\n{(out or '')[-3000:]}\n---- stderr (tail)\n{(err or '')[-3000:]}"
+        )
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    if check and res.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, cmd))} exited {res.returncode}:\n{err[-3000:]}")
+    return res
+
+
+def run_cli(
+    *args: str, cwd: Path, timeout: float = SUBPROCESS_TIMEOUT, env_extra: dict | None = None
+):
+    """Run ``python -m experiments.train ...`` (or another module via args) in a subprocess;
+    ``tests.helpers`` is importable there (``_target_``s of test datasets and callbacks)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env_extra or {})}
+    return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)

@@ -10,9 +10,31 @@ from lightning.pytorch import Callback
 from torch import nn
 from torch.utils.data import Dataset
 
+from experiments.callbacks.profiling import Profiling
+
+
+class VirtualTime:
+    """Seconds of slow work that stand-ins "spent" without spending them: added to the real
+    clock by ``VirtualClockProfiling``, so a slow dataset or a slow step is slow by
+    construction, however busy the machine is (a real sleep competes with real load)."""
+
+    extra = 0.0
+
+    @classmethod
+    def spend(cls, seconds: float) -> None:
+        cls.extra += seconds
+
+
+class VirtualClockProfiling(Profiling):
+    """The profiling callback reading the real clock plus ``VirtualTime``."""
+
+    def now(self) -> float:
+        return time.perf_counter() + VirtualTime.extra
+
 
 class RandomImages(Dataset):
-    """Seeded random ``(C, H, W)`` tensors with labels; ``delay`` seconds per item."""
+    """Seeded random ``(C, H, W)`` tensors with labels; each read costs ``delay`` seconds of
+    virtual time (``VirtualTime``), standing in for slow decoding or remote storage."""
 
     def __init__(
         self,
@@ -40,7 +62,7 @@ class RandomImages(Dataset):
         if 0 <= self.fail_after < self.reads:
             raise RuntimeError(f"disk error reading sample {i}")  # a job that dies mid-fit
         if self.delay:
-            time.sleep(self.delay)  # stands in for slow decoding / remote storage
+            VirtualTime.spend(self.delay)
         if 0 <= self.nan_after < self.reads:
             return torch.full_like(self.x[i], float("nan")), self.targets[i]  # corrupt input
         return self.x[i], self.targets[i]
@@ -65,6 +87,21 @@ def random_sets(
         RandomImages(n, shape, num_classes, delay, 0, fail_after, nan_after),
         RandomImages(n // 4, shape, num_classes, delay, 1),
     )
+
+
+class SlowNet(nn.Module):
+    """A linear classifier whose every forward costs ``seconds`` of virtual time: a step
+    that is slow by construction (``VirtualTime``)."""
+
+    def __init__(self, in_shape: Sequence[int], num_classes: int, seconds: float = 1.0) -> None:
+        super().__init__()
+        self.flat = nn.Flatten()
+        self.fc = nn.Linear(int(torch.tensor(in_shape).prod()), num_classes)
+        self.seconds = seconds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        VirtualTime.spend(self.seconds)
+        return self.fc(self.flat(x))
 
 
 class BranchyNet(nn.Module):
@@ -167,3 +204,32 @@ class GcProbe(Callback):
 
         with open(self.path, "a") as f:
             f.write(f"{gc.isenabled()} {gc.get_freeze_count()}\n")
+
+
+class Rendezvous(Callback):
+    """Orders the trials of a parallel sweep by events, not by how long they take: a run with
+    ``max_epochs == wait_epochs`` starts training only once ``count`` other runs have ended
+    (each leaves a file in ``folder``); it fails after ``timeout`` seconds of waiting, which
+    is what a sweep with a batch barrier would make it do."""
+
+    def __init__(self, folder: str, wait_epochs: int, count: int, timeout: float = 300) -> None:
+        self.folder = folder
+        self.wait_epochs, self.count, self.timeout = wait_epochs, count, timeout
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        from pathlib import Path
+
+        if trainer.max_epochs != self.wait_epochs:
+            return
+        deadline = time.monotonic() + self.timeout
+        while len(list(Path(self.folder).glob("ended-*"))) < self.count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Rendezvous: {self.count} other runs never ended")
+            time.sleep(0.05)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        import os
+        from pathlib import Path
+
+        if trainer.max_epochs != self.wait_epochs:
+            Path(self.folder, f"ended-{os.getpid()}-{time.time_ns()}").touch()

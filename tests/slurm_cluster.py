@@ -86,7 +86,7 @@ class SlurmCluster:
     def wait_job(
         self,
         job_id: str,
-        timeout: float,
+        timeout: float = 600,
         done: Callable[[dict[str, str]], bool] | None = None,
         files: Iterable[Path] = (),
     ) -> dict[str, str]:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_process
 
 SRC = REPO / "src" / "experiments"
 # what runs before Hydra, or for eval/predict before anything is built
@@ -34,7 +33,7 @@ def test_the_pre_hydra_layer_imports_no_torch():
     code = f"import sys\nfor m in {TORCH_FREE!r}:\n    __import__(m)\n" + (
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = run_process([sys.executable, "-c", code], check=True)
     assert out.stdout.strip() == "[]"
 
 
@@ -59,10 +58,10 @@ def test_a_wheel_ships_the_configs_and_finds_them(tmp_path):
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
     for name in ("conf", "src"):
         shutil.copytree(REPO / name, source / name, symlinks=True, ignore=skip)
-    subprocess.run(
+    run_process(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
          "-w", str(tmp_path / "dist"), str(source)],
-        check=True, capture_output=True,
+        check=True,
     )  # fmt: skip
     wheel = next((tmp_path / "dist").glob("experiments-*.whl"))
     shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("experiments/conf/")}
@@ -81,8 +80,8 @@ def test_a_wheel_ships_the_configs_and_finds_them(tmp_path):
         "    cfg = compose('train', overrides=['model=cnn'])\n"
         "print(CONF_DIR, cfg.model.net._target_)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,
+    out = run_process(
+        [sys.executable, "-c", code], cwd=tmp_path, check=True,
         env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     conf_dir, target_name = out.stdout.split()
@@ -95,10 +94,10 @@ def test_a_run_dir_made_before_the_layout_move_still_evaluates(tmp_path, data_di
     run = tmp_path / "old_run"
     shutil.copytree(REPO / "tests" / "data" / "run_before_layout_move", run)
     assert "experiments.csv_logger.CSVLogger" in (run / ".hydra" / "config.yaml").read_text()
-    res = subprocess.run(
+    res = run_process(
         [sys.executable, "-m", "experiments.eval", f"run_dir={run}", f"paths.data_dir={data_dir}",
          "data.num_workers=0"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     then = json.loads((run / "metrics.json").read_text())["test/acc"]

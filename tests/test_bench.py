@@ -12,7 +12,7 @@ from tests.conftest import REPO, run_cli
 
 @pytest.mark.slow
 def test_quick_bench_writes_every_section(tmp_path):
-    res = run_cli("-m", "benchmarks.run", "--quick", "--out", str(tmp_path), cwd=REPO, timeout=300)
+    res = run_cli("-m", "benchmarks.run", "--quick", "--out", str(tmp_path), cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     report = (tmp_path / "results.md").read_text()
     headings = ("1. Step time", "2. Start-up", "3. Data", "4. torch.compile", "5. Time to accuracy")

@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, run_process
 
 
 @pytest.mark.slow
 def test_two_runs_at_once_get_their_own_dirs(tmp_path, data_dir):
     cmd = [sys.executable, "-m", "experiments.train", "debug=fast", f"paths.data_dir={data_dir}"]
-    procs = [
-        subprocess.Popen(
-            cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    with ThreadPoolExecutor(2) as pool:  # both started at once, each with run_process's limit
+        done = list(pool.map(lambda _: run_process(cmd, cwd=tmp_path), range(2)))
+    outs = [r.stdout + r.stderr for r in done]
+    assert [r.returncode for r in done] == [0, 0], outs
     runs = sorted((tmp_path / "outputs" / "debug" / "runs").iterdir())
     assert len(runs) == 2
     for run in runs:
@@ -77,7 +73,7 @@ def test_help_lists_every_group_and_option_without_composing_or_importing_torch(
         "    runpy.run_module('experiments.train', run_name='__main__')\n"
         "except SystemExit as e:\n    print('exit', e.code, 'torch' in sys.modules)\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    res = run_process([sys.executable, "-c", code], cwd=tmp_path)
     assert res.stdout.strip().endswith("exit 0 False"), res.stdout + res.stderr
     for path in CONF_DIR.rglob("*.yaml"):
         group = str(path.parent.relative_to(CONF_DIR))
@@ -102,7 +98,7 @@ def test_a_single_run_composes_its_config_once_and_hydra_writes_the_run_dir(tmp_
         "'hydra.run.dir=run']\n"
         "cli()\nprint('compositions', len(calls))\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    res = run_process([sys.executable, "-c", code], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip().splitlines()[-1] == "compositions 1"
     run = tmp_path / "run"

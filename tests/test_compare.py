@@ -11,7 +11,6 @@ import json
 import math
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from experiments.analysis.runs import group_config
 from experiments.analysis.stats import summarize, t_quantile_975
 from experiments.compare import main
 from experiments.errors import UserError
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_process
 
 # ---------------------------------------------------------------- helpers
 
@@ -286,13 +285,13 @@ def assert_one_line_error(res, *named: str) -> None:
 def test_nothing_to_compare_exits_2_in_one_line(tmp_path):
     empty = tmp_path / "empty"
     (empty / "sub").mkdir(parents=True)
-    res = run_cli("-m", "experiments.compare", str(empty), "out=cmp", cwd=tmp_path, timeout=60)
+    res = run_cli("-m", "experiments.compare", str(empty), "out=cmp", cwd=tmp_path)
     assert_one_line_error(res, "no runs found under", str(empty))
     assert not (tmp_path / "cmp").exists()
 
     torn = write_run(tmp_path / "torn" / "0", config(), {"test/acc": 0.9})
     torn.joinpath("metrics.json").write_text('{"test/ac')
-    res = run_cli("-m", "experiments.compare", str(tmp_path / "torn"), cwd=tmp_path, timeout=60)
+    res = run_cli("-m", "experiments.compare", str(tmp_path / "torn"), cwd=tmp_path)
     assert_one_line_error(
         res, "no run to compare under", "skipped 1 run:", "metrics.json unreadable"
     )
@@ -306,12 +305,12 @@ def test_nothing_to_compare_exits_2_in_one_line(tmp_path):
 
 
 def test_help_and_imports_stay_light(tmp_path):
-    res = run_cli("-m", "experiments.compare", "--help", cwd=tmp_path, timeout=60)
+    res = run_cli("-m", "experiments.compare", "--help", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("usage: python -m experiments.compare")
     heavy = "{'torch', 'lightning', 'matplotlib', 'scipy'}"
     code = f"import experiments.compare, sys; print(sorted({heavy} & set(sys.modules)))"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = run_process([sys.executable, "-c", code])
     assert res.stdout.strip() == "[]", res.stderr
 
 
@@ -352,7 +351,7 @@ def sweep_metrics(sweep: Path) -> dict[float, list[dict]]:
 
 @pytest.mark.slow
 def test_real_sweep_two_groups_with_numpy_stats(sweep, tmp_path):
-    res = run_cli("-m", "experiments.compare", str(sweep), "out=cmp", cwd=tmp_path, timeout=60)
+    res = run_cli("-m", "experiments.compare", str(sweep), "out=cmp", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| g1 (best) |" in res.stdout and "6 runs in 2 groups" in res.stdout

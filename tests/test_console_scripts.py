@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import run_process
 
 BIN = Path(sys.executable).parent
 
@@ -24,9 +25,7 @@ BIN = Path(sys.executable).parent
 def test_console_script_help_exits_0_with_usage(tmp_path, script, usage):
     path = BIN / script
     assert path.is_file(), f"{path} missing: reinstall with pip install -e '.[dev]'"
-    res = subprocess.run(
-        [str(path), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
+    res = run_process([str(path), "--help"], cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith(usage), res.stdout[:300]
     assert not (tmp_path / "outputs").exists()  # help runs nothing
@@ -36,13 +35,6 @@ def test_hydra_shell_completion_answers_through_the_installed_command(tmp_path):
     import os
 
     env = {**os.environ, "COMP_LINE": "experiments-train model="}
-    res = subprocess.run(
-        [str(BIN / "experiments-train"), "-sc", "query=bash"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = run_process([str(BIN / "experiments-train"), "-sc", "query=bash"], cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     assert {"model=cnn", "model=backbone", "model=resnet9"} <= set(res.stdout.split())

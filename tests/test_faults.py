@@ -34,12 +34,15 @@ def test_csv_history_and_curves_survive_any_number_of_resumes(make_cfg, tmp_path
 
 
 def _hold_lock(run_dir):
-    """Another process that holds the run dir's lock until killed."""
+    """Another process that holds the run dir's lock until killed (it waits on its stdin,
+    not on a sleep that a slow machine could outlast)."""
     code = (
-        "import sys, time\nfrom experiments.runs.lock import RunLock\n"
-        f"RunLock({str(run_dir)!r}).acquire()\nprint('held', flush=True)\ntime.sleep(120)"
+        "import sys\nfrom experiments.runs.lock import RunLock\n"
+        f"RunLock({str(run_dir)!r}).acquire()\nprint('held', flush=True)\nsys.stdin.read()"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 

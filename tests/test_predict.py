@@ -131,7 +131,7 @@ def test_cli_mistakes_fail_in_one_line(trained_run, tmp_path, args, named):
     (tmp_path / "empty" / "notes.txt").write_text("not an image")
     (tmp_path / "bad.csv").write_text("file,label\na.png,1\n")
     args = [a.format(tmp=tmp_path, run=trained_run) for a in args]
-    res = run_cli("-m", "experiments.predict", *args, cwd=tmp_path, timeout=120)
+    res = run_cli("-m", "experiments.predict", *args, cwd=tmp_path)
     assert_one_line_error(res, named)
     assert not (tmp_path / "predictions.csv").exists()
 

@@ -1,4 +1,7 @@
-"""The profiling callback: files, numbers, and a verdict: data-bound or compute-bound."""
+"""The profiling callback: files, numbers, and a verdict: data-bound or compute-bound.
+
+The slow part of each run is slow by construction, in virtual time (``tests.helpers.
+VirtualTime``): a real sleep against a real step measures how busy the machine is."""
 
 from __future__ import annotations
 
@@ -18,19 +21,21 @@ def _sets(delay: float, shape: str) -> list[str]:
         "trainer.max_epochs=2",
         "trainer.limit_val_batches=2",
         "test=false",
+        "callbacks.profiling._target_=tests.helpers.VirtualClockProfiling",
     ]
 
 
 @pytest.mark.slow
 def test_sleepy_dataset_is_called_data_bound(make_cfg, tmp_path):
-    train(make_cfg("profile=true", *_sets(0.002, "[1,8,8]")))
+    # every sample read costs 1 s of virtual time: a step is never 16 s of real compute
+    train(make_cfg("profile=true", *_sets(1.0, "[1,8,8]")))
     out = tmp_path / "run" / "profile"
     trace = json.loads((out / "trace.json").read_text())
     assert trace["traceEvents"], "empty trace"
     assert "Self CPU" in (out / "ops.txt").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["epoch"] == 1 and summary["steps"] >= 5
-    assert summary["data_wait_frac"] > 0.5
+    assert summary["data_wait_frac"] > 0.9
     assert summary["verdict"].startswith("data loading is")
     assert "try data.num_workers=" in summary["verdict"]
     assert summary["steps_per_s"] > 0 and summary["samples_per_s"] > summary["steps_per_s"]
@@ -40,13 +45,11 @@ def test_sleepy_dataset_is_called_data_bound(make_cfg, tmp_path):
 
 @pytest.mark.slow
 def test_in_memory_tensors_are_called_compute_bound(make_cfg, tmp_path):
-    train(
-        make_cfg(
-            "profile=true", "model=cnn", "model.net.channels=[32,64]", *_sets(0.0, "[3,32,32]")
-        )
-    )
+    # every forward costs 1 s of virtual time; a batch cut from memory is never that slow
+    net = ["~model.net", "+model.net={_target_:tests.helpers.SlowNet,seconds:1.0}"]
+    train(make_cfg("profile=true", *net, *_sets(0.0, "[1,8,8]")))
     summary = json.loads((tmp_path / "run" / "profile" / "summary.json").read_text())
-    assert summary["data_wait_frac"] < 0.25
+    assert summary["data_wait_frac"] < 0.1
     assert "compute dominates" in summary["verdict"]
 
 

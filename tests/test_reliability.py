@@ -9,7 +9,6 @@ import os
 import pickle
 import random
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import torch
 from experiments.errors import UserError, find_user_error
 from experiments.runs.checkpoint_io import AtomicCheckpointIO, newest_valid_checkpoint
 from experiments.train import train
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, run_process
 from tests.helpers import Payload
 
 ENV = {"PYTHONPATH": str(REPO)}
@@ -127,7 +126,9 @@ def test_resume_auto_picks_the_newest_unfinished_run_with_its_overrides(tmp_path
         (runs / name / ".hydra" / "overrides.yaml").write_text("- optimizer.lr=0.05\n")
         if finished:
             (runs / name / "metrics.json").write_text("{}")
-        time.sleep(0.02)  # distinct modification times
+    for age, name in enumerate(("new", "done", "old")):  # distinct times, set, not waited for
+        stamp = time.time() - 100 * (age + 1)
+        os.utime(runs / name, (stamp, stamp))
     argv = precheck(["resume=auto", "trainer.max_epochs=9"], str(CONF_DIR))
     new = (runs / "new").resolve()
     assert argv == [
@@ -142,13 +143,14 @@ def test_resume_auto_picks_the_newest_unfinished_run_with_its_overrides(tmp_path
         precheck(["-m", "resume=auto"], str(CONF_DIR))
 
 
-def _save_forever(folder: Path) -> None:
+def _save_forever(folder: Path, saved) -> None:
     torch.set_num_threads(1)
     io, step = AtomicCheckpointIO(), 0
     while True:
         step += 1
         state = {f"w{i}": torch.full((100, 100), float(step)) for i in range(8)}
         io.save_checkpoint({"state_dict": state, "global_step": step}, folder / "last.ckpt")
+        saved.set()  # the parent kills only a writer that has written (an event, not a sleep)
 
 
 def test_twenty_sigkills_never_leave_no_loadable_checkpoint(tmp_path):
@@ -158,9 +160,11 @@ def test_twenty_sigkills_never_leave_no_loadable_checkpoint(tmp_path):
     rng = random.Random(1)
     ctx = mp.get_context("fork")
     for _ in range(20):
-        proc = ctx.Process(target=_save_forever, args=(tmp_path,))
+        saved = ctx.Event()
+        proc = ctx.Process(target=_save_forever, args=(tmp_path, saved))
         proc.start()
-        time.sleep(rng.uniform(0.05, 0.3))
+        assert saved.wait(timeout=300), "the writer never saved a checkpoint"
+        time.sleep(rng.uniform(0.0, 0.1))  # where in the next save the kill lands
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
         found = newest_valid_checkpoint(tmp_path)
@@ -394,9 +398,7 @@ def test_config_errors_answer_before_torch_is_imported(tmp_path):
         "Exception as e:\n    print(type(e).__name__)\nprint('torch' in sys.modules, "
         "'lightning' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path
-    ).stdout.split()
+    out = run_process([sys.executable, "-c", code], cwd=tmp_path).stdout.split()
     assert out == ["UserError", "False", "False"]
 
 

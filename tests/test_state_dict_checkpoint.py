@@ -57,12 +57,13 @@ def _state(i: int) -> dict:
     }
 
 
-def _write_forever(path):
+def _write_forever(path, saved):
     torch.set_num_threads(1)
     i = 0
     while True:
         i += 1
         save_state_dict(_state(i), path)
+        saved.set()  # the parent kills only a writer that has written (an event, not a sleep)
 
 
 def test_sigkill_never_leaves_a_broken_last_pt(tmp_path):
@@ -72,9 +73,11 @@ def test_sigkill_never_leaves_a_broken_last_pt(tmp_path):
     rng = random.Random(0)
     steps = []
     for _ in range(20):
-        proc = ctx.Process(target=_write_forever, args=(path,))
+        saved = ctx.Event()
+        proc = ctx.Process(target=_write_forever, args=(path, saved))
         proc.start()
-        time.sleep(rng.uniform(0.05, 0.4))
+        assert saved.wait(timeout=300), "the writer never saved"
+        time.sleep(rng.uniform(0.0, 0.1))  # where in the next write the kill lands
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
         state = read_state_dict(path)  # raises if torn

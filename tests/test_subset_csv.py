@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_process
 
 SCRIPT = REPO / "scripts" / "subset_csv.py"
 NAMES = ["t-shirt", "trouser", "pullover", "dress", "coat"]  # deliberately not sorted
@@ -28,7 +28,7 @@ def _write(path: Path, per_class: int = 50, k: int = 10, names: bool = False) ->
 
 def _run(*args: object) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, str(SCRIPT), *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    return run_process(cmd)
 
 
 def _read(path: Path) -> list[tuple[str, str]]:

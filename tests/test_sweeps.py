@@ -90,21 +90,27 @@ OPTUNA_PARALLEL = [
 
 @pytest.mark.slow
 def test_optuna_workers_do_not_wait_on_each_others_trials(tmp_path, data_dir):
-    # trial 0 is long, trials 1 and 2 are one epoch: with a batch barrier trial 2 would be
-    # asked for only after trial 0 ended; asynchronous workers start it as soon as 1 ends
+    # trial 0 (2 epochs) starts training only after two other trials ended (tests.helpers.
+    # Rendezvous): with a batch barrier trial 2 would be asked for only after trial 0 ended,
+    # so trial 0 would wait in vain and fail; asynchronous workers start trial 2 at once
+    (tmp_path / "ended").mkdir()
     res = run_cli(
         *OPTUNA_PARALLEL,
         f"paths.data_dir={data_dir}",
         "hydra.sweeper.n_trials=3",
-        "trainer.max_epochs=choice(1,150)",
-        "hydra.sweeper.enqueue=[{trainer.max_epochs:150},{trainer.max_epochs:1},"
+        "trainer.max_epochs=choice(1,2)",
+        "hydra.sweeper.enqueue=[{trainer.max_epochs:2},{trainer.max_epochs:1},"
         "{trainer.max_epochs:1}]",
+        "+callbacks.rendezvous._target_=tests.helpers.Rendezvous",
+        f"+callbacks.rendezvous.folder={tmp_path / 'ended'}",
+        "+callbacks.rendezvous.wait_epochs=2",
+        "+callbacks.rendezvous.count=2",
         cwd=tmp_path,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     sweep, rows = _sweep(tmp_path)
     trials = {t.number: t for t in _study(sweep).trials}
-    assert [trials[n].params["trainer.max_epochs"] for n in range(3)] == [150, 1, 1]
+    assert [trials[n].params["trainer.max_epochs"] for n in range(3)] == [2, 1, 1]
     assert trials[1].datetime_complete < trials[0].datetime_complete
     assert trials[2].datetime_start < trials[0].datetime_complete  # no batch barrier
     assert trials[2].datetime_complete < trials[0].datetime_complete

@@ -24,20 +24,21 @@ class _FetchClock:
 
     ACTION = "train_dataloader_next"
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner, clock) -> None:
         self.inner = inner
+        self.clock = clock
         self.total = 0.0
         self._t0: float | None = None
 
     def start(self, action_name: str) -> None:
         if action_name.endswith(self.ACTION):
-            self._t0 = time.perf_counter()
+            self._t0 = self.clock()
         self.inner.start(action_name)
 
     def stop(self, action_name: str) -> None:
         self.inner.stop(action_name)
         if action_name.endswith(self.ACTION) and self._t0 is not None:
-            self.total += time.perf_counter() - self._t0
+            self.total += self.clock() - self._t0
             self._t0 = None
 
     def __getattr__(self, name: str):
@@ -99,6 +100,10 @@ class Profiling(L.Callback):
         self._clock: _FetchClock | None = None
         self.summary: dict | None = None
 
+    def now(self) -> float:
+        """The clock every interval is read from (seconds)."""
+        return time.perf_counter()
+
     def _reset_timers(self) -> None:
         self._step_start: float | None = None
         self._last_end: float | None = None
@@ -137,11 +142,11 @@ class Profiling(L.Callback):
             on_trace_ready=self._export_trace,
         )
         self._reset_timers()
-        self._clock = _FetchClock(trainer.profiler)
+        self._clock = _FetchClock(trainer.profiler, self.now)
         trainer.profiler = self._clock
         self._sync(pl_module)
         self._prof.start()
-        self._epoch_start = self._last_end = time.perf_counter()
+        self._epoch_start = self._last_end = self.now()
 
     def _export_trace(self, prof: profile) -> None:
         prof.export_chrome_trace(str(self.dirpath / "trace.json"))
@@ -150,7 +155,7 @@ class Profiling(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._prof is None:
             return
-        now = time.perf_counter()
+        now = self.now()
         self._wait_s += now - self._last_end
         self._step_start = now
 
@@ -158,13 +163,13 @@ class Profiling(L.Callback):
         if self._prof is None:
             return
         self._sync(pl_module)
-        now = time.perf_counter()
+        now = self.now()
         self._compute_s += now - self._step_start
         self._steps += 1
         first = batch[0] if isinstance(batch, list | tuple) else batch
         self._samples += len(first) if hasattr(first, "__len__") else 0
         self._prof.step()
-        self._last_end = time.perf_counter()  # the profiler's own step cost is not data wait
+        self._last_end = self.now()  # the profiler's own step cost is not data wait
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self._prof is None:
@@ -172,7 +177,7 @@ class Profiling(L.Callback):
         prof, self._prof = self._prof, None
         prof.stop()
         trainer.profiler = self._clock.inner
-        elapsed = time.perf_counter() - self._epoch_start
+        elapsed = self.now() - self._epoch_start
         step_time = self._wait_s + self._compute_s  # between steps + inside steps
         fetch = min(self._clock.total, self._wait_s)  # waiting for the next batch
         frac = fetch / step_time if step_time > 0 else 0.0
