@@ -425,3 +425,26 @@ def test_secrets_never_reach_the_run_dir(tmp_path, data_dir):
     ]
     assert hits == []
     assert list((tmp_path / "outputs").rglob("run-*.wandb"))  # the W&B run was written
+
+
+@pytest.mark.slow
+def test_a_secret_interpolated_under_an_ordinary_key_never_reaches_files_or_console(
+    tmp_path, data_dir
+):
+    canary = "CANARY-TOKEN-a41c"
+    res = run_cli(
+        *("-m", "experiments.train", "logger=wandb", "logger.wandb.mode=offline", "debug=limit"),
+        *("+note=${oc.env:MY_SECRET_TOKEN}", "+plain=${oc.env:MY_PLAIN_SETTING}"),
+        f"paths.data_dir={data_dir}",
+        cwd=tmp_path,
+        env_extra={"MY_SECRET_TOKEN": canary, "MY_PLAIN_SETTING": "visible-setting"},
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert canary not in res.stdout + res.stderr
+    # git.diff: the checkout's own uncommitted changes (this test's source, when run dirty)
+    files = [p for p in (tmp_path / "outputs").rglob("*") if p.is_file() and p.name != "git.diff"]
+    assert [p for p in files if canary.encode() in p.read_bytes()] == []
+    (hparams,) = (tmp_path / "outputs").rglob("hparams.yaml")
+    text = hparams.read_text()
+    assert "note: <redacted>" in text and "plain: visible-setting" in text  # only the secret
+    assert list((tmp_path / "outputs").rglob("run-*.wandb"))

@@ -93,11 +93,17 @@ def loggers(cfg: DictConfig, run_dir: Path, resuming: bool) -> list:
     """Every configured logger; a resumed run continues its W&B run."""
     from hydra.utils import instantiate
 
+    from experiments.config.secrets import redacted_config
     from experiments.tracking import previous_wandb_id
 
     wandb_id = previous_wandb_id(run_dir) if resuming else None
+    # built from the redacted config: a run name or tag that interpolated a secret (e.g. a
+    # job name made of the overrides) must not reach a tracker; keys come from the environment
     return [
-        instantiate(c, **({"run_id": wandb_id} if "wandb" in str(c.get("_target_")) else {}))
+        instantiate(
+            redacted_config(c),
+            **({"run_id": wandb_id} if "wandb" in str(c.get("_target_")) else {}),
+        )
         for c in (cfg.get("logger") or {}).values()
         if c
     ]

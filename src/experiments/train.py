@@ -108,7 +108,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
 
     from experiments.callbacks import FaultTolerance, StateDictCheckpoint
     from experiments.callbacks.fault_tolerance import RunInterrupted
-    from experiments.config.secrets import redact
+    from experiments.config.secrets import redacted_config
     from experiments.runs.layout import RunDir
     from experiments.tracking import finish_loggers
 
@@ -116,7 +116,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
     checkpoints = next((c for c in callbacks if isinstance(c, StateDictCheckpoint)), None)
     try:
         for logger in loggers:
-            logger.log_hyperparams(redact(OmegaConf.to_container(cfg, resolve=True)))
+            logger.log_hyperparams(redacted_config(cfg))
         try:
             trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
             validated = any(k.startswith("val/") for k in trainer.callback_metrics)

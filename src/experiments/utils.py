@@ -15,11 +15,14 @@ def print_config_tree(cfg: DictConfig, order: tuple[str, ...] = ()) -> None:
     import rich.syntax
     import rich.tree
 
+    from experiments.config.secrets import redacted_config
+
     tree = rich.tree.Tree("config", guide_style="dim")
-    keys = [k for k in order if k in cfg] + [k for k in cfg if k not in order]
+    plain = redacted_config(cfg)
+    keys = [k for k in order if k in plain] + [k for k in plain if k not in order]
     for key in keys:
-        node = cfg[key]
-        text = OmegaConf.to_yaml(node, resolve=True) if OmegaConf.is_config(node) else str(node)
+        node = plain[key]
+        text = OmegaConf.to_yaml(node) if isinstance(node, dict | list) else str(node)
         tree.add(str(key)).add(rich.syntax.Syntax(text, "yaml", theme="ansi_dark"))
     rich.print(tree)
 

@@ -1,12 +1,14 @@
-"""The one rule for secrets: a config key or command-line key is secret when one of its
-words names a credential. Secret keys are refused on the command line (they would be
-saved in the run dir and sent to trackers) and their values are redacted wherever a
-config is written or logged."""
+"""The one rule for secrets: a name (a config key, a command-line key or an environment
+variable) is secret when one of its words names a credential. Secret keys are refused on
+the command line (they would be saved in the run dir and sent to trackers); wherever a
+config is written or logged, the values of secret keys are redacted, and so is any value
+that came from a secret environment variable (``${oc.env:MY_TOKEN}`` under any key)."""
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -23,16 +25,47 @@ def is_secret_key(key: str) -> bool:
     return any(w in SECRET_WORDS for w in words) or "apikey" in "".join(words)
 
 
-def redact(obj: Any) -> Any:
-    """A copy of a plain container with the values of secret keys replaced."""
+# a secret environment variable's value shorter than this is not looked for in strings
+# ("1", "yes"): it would redact ordinary values and protect nothing
+MIN_SECRET_LENGTH = 6
+
+
+def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of the environment's secret variables (``is_secret_key`` of the name)."""
+    environ = os.environ if environ is None else environ
+    return sorted(
+        {v for k, v in environ.items() if is_secret_key(k) and len(v) >= MIN_SECRET_LENGTH},
+        key=len,
+        reverse=True,
+    )
+
+
+def redact(obj: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """A copy of a plain (resolved) container with the values of secret keys replaced, and
+    every string that holds a secret environment variable's value (it was interpolated in,
+    e.g. ``+note=${oc.env:MY_SECRET_TOKEN}``) replaced whole."""
+    return _redact(obj, secret_env_values(environ))
+
+
+def _redact(obj: Any, secrets: list[str]) -> Any:
     if isinstance(obj, dict):
         return {
-            k: REDACTED if is_secret_key(str(k)) and v is not None else redact(v)
+            k: REDACTED if is_secret_key(str(k)) and v is not None else _redact(v, secrets)
             for k, v in obj.items()
         }
     if isinstance(obj, list | tuple):
-        return type(obj)(redact(v) for v in obj)
+        return type(obj)(_redact(v, secrets) for v in obj)
+    if isinstance(obj, str) and any(s in obj for s in secrets):
+        return REDACTED
     return obj
+
+
+def redacted_config(cfg: Any, resolve: bool = True) -> Any:
+    """An OmegaConf config as plain containers, resolved, secrets redacted (``redact``): the
+    one form in which a config is saved, printed or sent to a tracker."""
+    from omegaconf import OmegaConf
+
+    return redact(OmegaConf.to_container(cfg, resolve=resolve))
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
