@@ -93,3 +93,44 @@ def test_safe_pickle_refuses_object_arrays_and_any_callable(tmp_path):
         with pytest.raises(UserError, match="evil.pkl: refused"):
             safe_pickle.loads(pickle.dumps(evil), "evil.pkl")
     assert not (tmp_path / "pwned").exists()
+
+
+def _csv_run(tmp_path, rows: list[str]):
+    from tests.conftest import write_image_folder
+
+    csv_file, image_dir = write_image_folder(tmp_path / "imgs", n=12)
+    csv_file.write_text("filename,label\n" + "\n".join(rows) + "\n")
+    return run_cli(
+        *("-m", "experiments.train", "data=image_csv", "logger=none", "trainer.max_epochs=1"),
+        *(f"data.csv_file={csv_file}", f"data.image_dir={image_dir}", "data.num_workers=0"),
+        *("data.val_fraction=0.25", "data.test_fraction=0.25"),
+        cwd=tmp_path,
+    )
+
+
+@pytest.mark.slow
+def test_csv_label_mistakes_through_the_cli(tmp_path):
+    names = [f"img_{i:03d}.png" for i in range(12)]
+    # an unquoted comma in a label: one line naming the line, suggesting quotes (it used to
+    # merge "fox" rows silently)
+    rows = [f"{n},{'fox, grey' if i == 4 else ('cat' if i % 2 else 'dog')}" for i, n in
+            enumerate(names)]  # fmt: skip
+    res = _csv_run(tmp_path / "a", rows)
+    assert res.returncode == 2, res.stderr[-2000:]
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.strip()][-1:]
+    assert "labels.csv line 6: 3 fields where the header has 2; quote" in line, res.stderr[-1000:]
+    assert "Traceback" not in res.stderr
+    # one class: one line (it was an IndexError traceback in the metrics)
+    res = _csv_run(tmp_path / "b", [f"{n},cat" for n in names])
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1].endswith(
+        "needs at least 2 classes to classify, found 1 ('cat' on every row)"
+    )
+    # labels with surrounding spaces: stripped, with a warning naming them; the run trains
+    rows = [f'{n},"{" cat" if i % 2 else "dog "}"' for i, n in enumerate(names)]
+    res = _csv_run(tmp_path / "c", rows)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = res.stdout + res.stderr
+    assert "labels with surrounding spaces were stripped: ' cat', 'dog '" in out
+    (metrics,) = (tmp_path / "c" / "outputs").rglob("metrics.json")
+    assert "test/acc" in metrics.read_text()

@@ -4,6 +4,7 @@ bundled scikit-learn digits, exported once to PNG files so they take the same pa
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import shutil
 import tempfile
@@ -15,6 +16,8 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from experiments.errors import UserError
+
+log = logging.getLogger(__name__)
 
 IMAGE_MODES = ("L", "RGB")
 
@@ -159,15 +162,28 @@ def _read_index(csv_file: Path) -> tuple[list[str], list[str]]:
                 f"{csv_file}: header must have 'filename' and 'label' columns, found {fields}"
             )
         reader.fieldnames = fields
-        files, labels = [], []
-        for row, rec in enumerate(reader, start=2):
-            name, label = (rec.get("filename") or "").strip(), (rec.get("label") or "").strip()
+        files, labels, padded = [], [], set()
+        for rec in reader:
+            row = reader.line_num
+            if None in rec:  # more fields than the header names
+                raise UserError(
+                    f"{csv_file} line {row}: {len(fields) + len(rec[None])} fields where the "
+                    f"header has {len(fields)}; quote a value that holds a comma, e.g. "
+                    f'img.png,"fox, grey"'
+                )
+            raw_name, raw_label = rec.get("filename") or "", rec.get("label") or ""
+            name, label = raw_name.strip(), raw_label.strip()
             if not name or not label:
-                raise UserError(f"{csv_file} row {row}: empty filename or label")
+                raise UserError(f"{csv_file} line {row}: empty filename or label")
+            if label != raw_label:
+                padded.add(raw_label)
             files.append(name)
             labels.append(label)
     if not files:
         raise UserError(f"{csv_file}: no rows (expected 'filename,label' lines after the header)")
+    if padded:
+        shown = ", ".join(repr(p) for p in sorted(padded)[:5])
+        log.warning("%s: labels with surrounding spaces were stripped: %s", csv_file, shown)
     return files, labels
 
 
@@ -183,6 +199,11 @@ def _encode_labels(
             classes = [str(i) for i in range(max(ints) + 1)]
         else:
             classes = sorted(set(raw))
+        if len(set(raw)) < 2:
+            raise UserError(
+                f"{csv_file}: needs at least 2 classes to classify, found 1 ({raw[0]!r} on "
+                f"every row)"
+            )
     classes = [str(c) for c in classes]
     index = {name: i for i, name in enumerate(classes)}
     targets = []
