@@ -63,6 +63,25 @@ def test_a_data_error_inside_training_is_one_line(tmp_path, data_dir):
     assert lines[-1].startswith("error: CSV file not found") and "missing.csv" in lines[-1]
     assert "Traceback" not in res.stderr + res.stdout
     assert not list(tmp_path.rglob("metrics.json"))
+    # errors first: no config tree in front of the one line (the tree is in the run dir)
+    assert "_target_" not in res.stdout + res.stderr
+    (saved,) = tmp_path.rglob(".hydra/config.yaml")
+    assert "missing.csv" in saved.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["trainer.max_epochs=-1"], "trainer.max_epochs=-1 trains forever: also set"),
+        (["paths.data_dir=/my", "data"], "quote the value: paths.data_dir='/my data'"),
+    ],
+)
+def test_mistakes_before_training_are_one_line_with_the_way_out(tmp_path, args, named):
+    res = run_cli("-m", "experiments.train", *args, cwd=tmp_path)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert lines[0].startswith("error: ") and named in lines[0], lines
+    assert not (tmp_path / "outputs").exists()
 
 
 def test_help_lists_every_group_and_option_without_composing_or_importing_torch(tmp_path):

@@ -62,7 +62,7 @@ def edit_config(run_dir: Path, edit) -> None:
 
 def assert_one_line_error(res, named: str) -> None:
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert res.returncode == 1, res.stderr[-2000:]
+    assert res.returncode == 2, res.stderr[-2000:]
     assert "Traceback" not in res.stderr + res.stdout
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
     assert named in lines[0]

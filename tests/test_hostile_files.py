@@ -123,8 +123,10 @@ def test_csv_label_mistakes_through_the_cli(tmp_path):
     # one class: one line (it was an IndexError traceback in the metrics)
     res = _csv_run(tmp_path / "b", [f"{n},cat" for n in names])
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
-    assert res.stderr.strip().splitlines()[-1].endswith(
-        "needs at least 2 classes to classify, found 1 ('cat' on every row)"
+    assert (
+        res.stderr.strip()
+        .splitlines()[-1]
+        .endswith("needs at least 2 classes to classify, found 1 ('cat' on every row)")
     )
     # labels with surrounding spaces: stripped, with a warning naming them; the run trains
     rows = [f'{n},"{" cat" if i % 2 else "dog "}"' for i, n in enumerate(names)]

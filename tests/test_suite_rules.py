@@ -25,7 +25,9 @@ ALLOWED = {
     "test_faults.py": {"subprocess.Popen": "a lock holder that waits on its stdin until killed"},
     "helpers.py": {"time.sleep": "Rendezvous polls for other runs' files against a deadline"},
     "test_reliability.py": {"time.sleep": "after the writer has saved: where a kill lands"},
-    "test_state_dict_checkpoint.py": {"time.sleep": "after the writer has saved: where a kill lands"},
+    "test_state_dict_checkpoint.py": {
+        "time.sleep": "after the writer has saved: where a kill lands"
+    },
 }
 WATCHED = ("subprocess.run", "subprocess.Popen", "time.sleep")
 

@@ -34,7 +34,7 @@ def one_line(err: BaseException, last: bool = False) -> str:
     return line.removeprefix("experiments.errors.UserError: ").removeprefix("UserError: ")
 
 
-def exit_with(err: UserError, code: int = 1) -> None:
+def exit_with(err: UserError, code: int = 2) -> None:
     """The one way a user mistake ends a command: ``error: <one line>`` and exit ``code``."""
     import sys
 
@@ -44,7 +44,8 @@ def exit_with(err: UserError, code: int = 1) -> None:
 
 
 def run_main(body, argv) -> None:
-    """Run ``body(argv)`` as an entry point (eval, predict): a UserError exits 1 in one line."""
+    """Run ``body(argv)`` as an entry point (eval, predict): a UserError exits 2 in one line,
+    as train's do."""
     import logging
 
     logging.basicConfig(
@@ -61,4 +62,4 @@ def run_main(body, argv) -> None:
         user_error = find_user_error(err)
         if user_error is None:
             raise
-        exit_with(user_error)
+        exit_with(user_error, code=2)

@@ -63,11 +63,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         resume_from = checkpoint_to_resume(cfg, run_dir)
         if cfg.seed is not None:  # seed=0 is a seed too
             L.seed_everything(cfg.seed, workers=True, verbose=False)
-        with _before_training():  # a mistake found while building exits 2, as config errors
-            datamodule, model = build.datamodule_and_model(cfg)
-            loggers = build.loggers(cfg, run_dir, resuming=resume_from is not None)
-            callbacks = build.callbacks(cfg, with_logger=bool(loggers)) + trial_reporter(cfg)
-            trainer = build.trainer(cfg, callbacks, loggers)
+        datamodule, model = build.datamodule_and_model(cfg)
+        loggers = build.loggers(cfg, run_dir, resuming=resume_from is not None)
+        callbacks = build.callbacks(cfg, with_logger=bool(loggers)) + trial_reporter(cfg)
+        trainer = build.trainer(cfg, callbacks, loggers)
         if trainer.is_global_zero:
             write_environment(run_dir, cfg.seed, str(trainer.strategy.root_device), git())
         resume_gc()  # start-up is over: what it allocated stays, so later collections skip it
@@ -88,18 +87,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
     shown = "  ".join(f"{k}={metrics[k]:.4f}" for k in ("val/acc", "test/acc") if k in metrics)
     log.info("done in %.1f s: %s  (%s)", summary["wall_time_s"], shown, run_dir)
     return metrics
-
-
-@contextlib.contextmanager
-def _before_training():
-    """Marks a UserError raised inside as found before training (exit status 2)."""
-    try:
-        yield
-    except Exception as err:
-        user_error = find_user_error(err)
-        if user_error is not None:
-            user_error.exit_code = 2
-        raise
 
 
 def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_from):
@@ -217,7 +204,8 @@ def main(cfg: DictConfig) -> float | None:
         validate(cfg)
         if process_rank() == 0:
             _redact_saved_config(cfg)
-            print_config_tree(cfg, GROUP_ORDER + ("paths", "seed", "task_name"))
+            if cfg.get("print_config"):  # else it is only in the run dir (.hydra/config.yaml)
+                print_config_tree(cfg, GROUP_ORDER + ("paths", "seed", "task_name"))
         else:  # a DDP rank Lightning re-launched: rank 0 speaks for all
             quiet_console()
         if cfg.get("cv") and cfg.cv.get("folds"):
@@ -239,7 +227,7 @@ def main(cfg: DictConfig) -> float | None:
             raise
         if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
             raise user_error from None  # fail only this job; the sweep summary records it
-        exit_with(user_error, code=getattr(user_error, "exit_code", 1))
+        exit_with(user_error)  # a user mistake exits 2, found early or late
     value = metrics.get(cfg.optimized_metric)
     if value is None:
         log.warning(

@@ -82,6 +82,15 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
+    for before, arg in zip([None, *overrides], overrides, strict=False):
+        if "=" not in arg and not arg.startswith("~"):
+            hint = "overrides are key=value"
+            if before is not None and "=" in before:
+                hint = (
+                    f"if it belongs to {before!r} (a value with a space), quote the value: "
+                    f"{before.split('=', 1)[0]}='{before.split('=', 1)[1]} {arg}'"
+                )
+            raise UserError(f"cannot parse override {arg!r}: {hint}")
     parser = OverridesParser.create()
     try:
         parsed = parser.parse_overrides(overrides)

@@ -36,6 +36,7 @@ BOOLS = (
     "data.cache",
     "test",
     "trainer.deterministic",
+    "print_config",
 )
 CHOICES = {
     "trainer.accelerator": ("auto", "cpu", "gpu", "cuda", "mps", "tpu"),
@@ -88,7 +89,14 @@ def _check_schedule_and_averaging(cfg: DictConfig) -> None:
         raise UserError(
             f"model.label_smoothing={smoothing!r} is not valid: expected a number in [0, 1)"
         )
-    warmup, epochs = _select(cfg, "scheduler.warmup_epochs"), _select(cfg, "trainer.max_epochs")
+    epochs = _select(cfg, "trainer.max_epochs")
+    if epochs == -1 and _select(cfg, "trainer.max_steps") in (None, -1):
+        if _select(cfg, "trainer.max_time") is None:
+            raise UserError(
+                "trainer.max_epochs=-1 trains forever: also set trainer.max_steps=<N> or "
+                "trainer.max_time=DD:HH:MM:SS, or give trainer.max_epochs=<N>"
+            )
+    warmup = _select(cfg, "scheduler.warmup_epochs")
     if warmup is not None and epochs is not None and epochs > 0 and not 0 <= warmup < epochs:
         raise UserError(
             f"scheduler.warmup_epochs={warmup} is not valid: the warmup must be shorter than the "
