@@ -233,3 +233,24 @@ class Rendezvous(Callback):
 
         if trainer.max_epochs != self.wait_epochs:
             Path(self.folder, f"ended-{os.getpid()}-{time.time_ns()}").touch()
+
+
+class SignalOnce(Callback):
+    """Sends ``signum`` to this process after training step ``step`` of sweep job ``job``,
+    the first time only (``marker`` records that it did): a sweep stopped at a known point
+    whose re-run, with the very same command, is not stopped again."""
+
+    def __init__(self, step: int, marker: str, job: int = 0, signum: int = 2) -> None:
+        self.step, self.marker, self.job, self.signum = step, marker, job, signum
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        import os
+        from pathlib import Path
+
+        from hydra.core.hydra_config import HydraConfig
+
+        if trainer.global_step != self.step or Path(self.marker).exists():
+            return
+        if HydraConfig.initialized() and HydraConfig.get().job.num == self.job:
+            Path(self.marker).touch()
+            os.kill(os.getpid(), self.signum)

@@ -193,6 +193,36 @@ def _redact_saved_config(cfg: DictConfig) -> None:
         OmegaConf.save(OmegaConf.create(clean), saved)
 
 
+def _earlier_sweep_job(cfg: DictConfig) -> dict | None:
+    """A sweep job run again (the same sweep re-run into its dir, ``experiments.runs.sweep``):
+    the metrics of one that finished before (kept, not trained again), None to train, after
+    pointing ``resume`` at the job's own checkpoint when it has one."""
+    from omegaconf import open_dict
+
+    from experiments.runs.sweep import KEPT, plan_job
+
+    job_dir = Path(cfg.paths.output_dir)
+    retry_failed = bool(OmegaConf.select(cfg, "sweep.retry_failed", default=True))
+    action, found = plan_job(job_dir, retry_failed)
+    if action == "keep":
+        KEPT.add(str(job_dir))
+        log.info("job %s finished in an earlier run of this sweep: kept", job_dir.name)
+        return found
+    if action == "failed":
+        KEPT.add(str(job_dir))
+        raise UserError(
+            f"job {job_dir.name} failed in an earlier run of this sweep ({found.get('error')}); "
+            f"sweep.retry_failed=false keeps it failed"
+        )
+    if action == "resume":
+        log.info(
+            "job %s continues from its checkpoint (an earlier run of this sweep)", job_dir.name
+        )
+        with open_dict(cfg):
+            cfg.resume = str(found)
+    return None
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
@@ -200,6 +230,7 @@ def main(cfg: DictConfig) -> float | None:
 
     from experiments.utils import print_config_tree, process_rank, quiet_console
 
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         validate(cfg)
         if process_rank() == 0:
@@ -208,7 +239,10 @@ def main(cfg: DictConfig) -> float | None:
                 print_config_tree(cfg, GROUP_ORDER + ("paths", "seed", "task_name"))
         else:  # a DDP rank Lightning re-launched: rank 0 speaks for all
             quiet_console()
-        if cfg.get("cv") and cfg.cv.get("folds"):
+        kept = _earlier_sweep_job(cfg) if multirun else None
+        if kept is not None:
+            metrics = kept
+        elif cfg.get("cv") and cfg.cv.get("folds"):
             from experiments.runs.cv import cross_validate
 
             metrics = cross_validate(cfg, train)
@@ -217,6 +251,12 @@ def main(cfg: DictConfig) -> float | None:
     except Exception as err:
         resume_gc()  # a sweep's next job in this process runs with the collector on
         interrupted = getattr(err, "signum", None)
+        if interrupted is not None and multirun:  # stop the sweep; summarize what ran
+            from experiments.tracking.sweep_summary import record_interrupted
+
+            record_interrupted(cfg, str(err))
+            log.error("%s\nthe same command again resumes the sweep", err)
+            sys.exit(128 + interrupted)
         if interrupted is not None:  # RunInterrupted: checkpoint saved, say how to go on
             log.error(
                 "%s\nresume with: python -m experiments.train resume=%s", err, cfg.paths.output_dir
@@ -225,7 +265,7 @@ def main(cfg: DictConfig) -> float | None:
         user_error = find_user_error(err)
         if user_error is None:
             raise
-        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        if multirun:
             raise user_error from None  # fail only this job; the sweep summary records it
         exit_with(user_error)  # a user mistake exits 2, found early or late
     value = metrics.get(cfg.optimized_metric)

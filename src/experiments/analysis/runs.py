@@ -19,7 +19,7 @@ import yaml
 from experiments.config.dotted import dotted_leaves
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir
-from experiments.tracking.sweep_summary import JOB_FILE
+from experiments.runs.sweep import JOB_FILE
 
 IGNORED_SECTIONS = ("seed", "paths", "hydra", "task_name", "tags", "resume")
 

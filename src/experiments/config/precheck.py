@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from experiments.config.compose import Composer, is_multirun, task_view
 from experiments.config.secrets import is_secret_key
@@ -18,6 +18,7 @@ from experiments.config.targets import check_targets
 from experiments.config.validate import validate
 from experiments.errors import UserError, one_line
 from experiments.runs.resume import resume_overrides, resume_target
+from experiments.utils import process_rank
 
 # flags after which Hydra does something other than run the task: leave those to Hydra
 PASS_THROUGH = {
@@ -134,6 +135,8 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         check_sweeper(full)
     sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
     if multirun or is_multirun(full):
+        if set(flags) <= MULTIRUN and process_rank() == 0:  # a sweep that will run jobs
+            argv = claim_sweep_dir(composer, full, argv, parsed)
         return Checked(argv)
     if sweeps:
         key = sweeps[0].split("=")[0]
@@ -144,6 +147,40 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     if flags:  # --cfg, --info, ...: Hydra's own
         return Checked(argv)
     return Checked(argv, full, composer)  # Hydra would compose this same config to run it
+
+
+def claim_sweep_dir(composer: Composer, full: DictConfig, argv: list[str], parsed) -> list[str]:
+    """Take the sweep dir for this sweep (``experiments.runs.sweep.claim``); return ``argv``
+    with the dir pinned (``hydra.sweep.dir`` holds the start time: Hydra would resolve it
+    again a moment later)."""
+    from pathlib import Path
+
+    from experiments.runs.sweep import claim, manifest
+
+    try:
+        sweep_dir = Path(str(OmegaConf.select(full, "hydra.sweep.dir")))
+    except Exception:  # an interpolation only Hydra can resolve: leave the dir to it
+        return argv
+    given = [o.input_line for o in parsed]
+    if not any(o.startswith("hydra.sweep.dir=") for o in given):
+        argv = [*argv, f"hydra.sweep.dir='{sweep_dir.resolve()}'"]
+    sweeps = {o.input_line for o in parsed if o.is_sweep_override()}
+    try:  # the config without the swept values: what every job shares
+        base = compose_or_fail(composer, [o for o in given if o not in sweeps])
+    except UserError:
+        base = full
+    params = OmegaConf.select(full, "hydra.sweeper.params", default=None)
+    params = OmegaConf.to_container(params) if OmegaConf.is_config(params) else {}
+    target = str(OmegaConf.select(full, "hydra.sweeper._target_", default="") or "")
+    shared = task_view(base)
+    with open_dict(shared):
+        for key in ("sweep", "print_config"):  # how the sweep runs, not what its jobs compute
+            shared.pop(key, None)
+    mine = manifest(given, sweeps, params, OmegaConf.to_yaml(shared), target)
+    force = bool(OmegaConf.select(full, "sweep.force", default=False))
+    if claim(sweep_dir, mine, force):
+        print(f"resuming the sweep in {sweep_dir}: finished jobs are kept", flush=True)
+    return argv
 
 
 def check_sweeper(cfg: DictConfig) -> None:

@@ -37,6 +37,8 @@ BOOLS = (
     "test",
     "trainer.deterministic",
     "print_config",
+    "sweep.retry_failed",
+    "sweep.force",
 )
 CHOICES = {
     "trainer.accelerator": ("auto", "cpu", "gpu", "cuda", "mps", "tpu"),

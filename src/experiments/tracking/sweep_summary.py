@@ -20,10 +20,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from experiments.runs.files import atomic_write, write_json
+from experiments.runs.sweep import JOB_FILE, KEPT
 
 log = logging.getLogger(__name__)
 
-JOB_FILE = "job.json"
 TEST_KEYS = ("test/acc", "test/loss")
 
 
@@ -47,6 +47,9 @@ class SweepSummary(Callback):
         if hydra_cfg.mode != RunMode.MULTIRUN:
             return
         job_dir = Path(hydra_cfg.runtime.output_dir)  # working_dir is the cwd unless chdir
+        if str(job_dir) in KEPT:  # an earlier run of the sweep ended it: its record stays
+            write_summary(Path(hydra_cfg.sweep.dir), *_metric(config))
+            return
         failed = job_return.status != JobStatus.COMPLETED
         error = _one_line(job_return._return_value) if failed else None
         value = None if failed else job_return._return_value
@@ -62,26 +65,46 @@ class SweepSummary(Callback):
                 "wall_time_s": round(time.time() - self._start, 2) if self._start else None,
             },
         )
-        write_summary(
-            Path(hydra_cfg.sweep.dir),
-            str(config.get("optimized_metric", "")),
-            str(config.get("optimized_mode", "max")),
-        )
+        write_summary(Path(hydra_cfg.sweep.dir), *_metric(config))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        rows = write_summary(
-            sweep_dir,
-            str(config.get("optimized_metric", "")),
-            str(config.get("optimized_mode", "max")),
+        show_summary(Path(config.hydra.sweep.dir), write_summary(Path(config.hydra.sweep.dir),
+                                                                  *_metric(config)))  # fmt: skip
+
+
+def _metric(config) -> tuple[str, str]:
+    return str(config.get("optimized_metric", "")), str(config.get("optimized_mode", "max"))
+
+
+def show_summary(sweep_dir: Path, rows: list) -> None:
+    if rows:
+        log.info(
+            "sweep summary (%d jobs): %s\n%s",
+            len(rows),
+            sweep_dir / "summary.md",
+            (sweep_dir / "summary.md").read_text(),
         )
-        if rows:
-            log.info(
-                "sweep summary (%d jobs): %s\n%s",
-                len(rows),
-                sweep_dir / "summary.md",
-                (sweep_dir / "summary.md").read_text(),
-            )
+
+
+def record_interrupted(config: DictConfig, reason: str) -> None:
+    """The running job of a sweep was stopped by a signal (its checkpoint saved): record it
+    as interrupted and write the summary of every job so far, since the sweep ends here."""
+    hydra_cfg = HydraConfig.get()
+    job_dir = Path(hydra_cfg.runtime.output_dir)
+    write_json(
+        job_dir / JOB_FILE,
+        {
+            "num": hydra_cfg.job.num,
+            "trial": _trial_number(hydra_cfg),
+            "overrides": list(hydra_cfg.overrides.task),
+            "status": "interrupted",
+            "error": reason[:300],
+            "value": None,
+            "wall_time_s": None,
+        },
+    )
+    sweep_dir = Path(hydra_cfg.sweep.dir)
+    show_summary(sweep_dir, write_summary(sweep_dir, *_metric(config)))
 
 
 def _trial_number(hydra_cfg) -> int | None:
@@ -182,10 +205,12 @@ def _fmt(value: Any) -> str:
 def _markdown(rows, fields, metric, mode) -> str:
     ok = sum(r["status"] == "ok" for r in rows)
     pruned = sum(str(r["status"]).startswith("pruned") for r in rows)
+    stopped = sum(r["status"] == "interrupted" for r in rows)
     counts = f"{ok} ok, {pruned} pruned" if pruned else f"{ok} ok"
+    counts += f", {stopped} interrupted" if stopped else ""
     head = (
-        f"# Sweep summary\n\n{len(rows)} jobs, {counts}, {len(rows) - ok - pruned} failed; "
-        f"sorted by {metric} ({mode}).\n\n"
+        f"# Sweep summary\n\n{len(rows)} jobs, {counts}, {len(rows) - ok - pruned - stopped} "
+        f"failed; sorted by {metric} ({mode}).\n\n"
     )
     shown = [f for f in fields if f != "dir"]
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]

@@ -1,0 +1,92 @@
+"""A sweep dir belongs to one sweep: a different sweep is refused and leaves the first's
+files as they were; the same sweep run again resumes it (trust round 3)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def _snapshot(folder) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _rows(sweep) -> dict[str, dict]:
+    with open(sweep / "summary.csv") as f:
+        return {r["job"]: r for r in csv.DictReader(f)}
+
+
+GRID = ["-m", "experiments.train", "-m", "debug=limit", "logger=none", "test=false"]
+
+
+@pytest.mark.slow
+def test_a_stopped_sweep_resumes_with_the_same_command_and_refuses_another(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    command = [
+        *GRID,
+        "optimizer.lr=0.05,0.1,0.2",
+        f"paths.data_dir={data_dir}",
+        f"hydra.sweep.dir={sweep}",
+        # Ctrl-C (SIGINT) in the last job, at step 3, the first time only
+        "+callbacks.stop._target_=tests.helpers.SignalOnce",
+        "+callbacks.stop.step=3",
+        "+callbacks.stop.job=2",
+        f"+callbacks.stop.marker={tmp_path / 'stopped'}",
+    ]
+    res = run_cli(*command, cwd=tmp_path)
+    assert res.returncode == 130, res.stderr[-3000:]
+    rows = _rows(sweep)  # the summary was written for what ran
+    assert {k: r["status"] for k, r in rows.items()} == {"0": "ok", "1": "ok", "2": "interrupted"}
+    assert (sweep / "2" / "checkpoints" / "last.ckpt").is_file()
+    assert json.loads((sweep / "sweep.json").read_text())["space"] == ["optimizer.lr=0.05,0.1,0.2"]
+    before = _snapshot(sweep)
+
+    # a different sweep into the same dir: refused in one line; nothing of the first changes
+    other = [o if not o.startswith("optimizer.lr=") else "optimizer.lr=0.3,0.4" for o in command]
+    other = [o if o != "debug=limit" else "model=cnn" for o in other] + ["debug=limit"]
+    res = run_cli(*other, cwd=tmp_path)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert f"hydra.sweep.dir={sweep} holds another sweep" in lines[0]
+    # the same sweep with another search space: refused too (a grid cannot re-point jobs)
+    res = run_cli(*[o.replace("0.05,0.1,0.2", "0.05,0.1") for o in command], cwd=tmp_path)
+    assert res.returncode == 2 and "the search space changed" in res.stderr, res.stderr[-2000:]
+    assert _snapshot(sweep) == before
+
+    # the same command: jobs 0 and 1 are kept, only job 2 trains, from its checkpoint
+    kept = {k: (sweep / k / "metrics.json").read_bytes() for k in ("0", "1")}
+    res = run_cli(*command, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout + res.stderr
+    assert "resuming the sweep in" in out
+    assert out.count("finished in an earlier run of this sweep: kept") == 2
+    assert "job 2 continues from its checkpoint" in out
+    assert {k: (sweep / k / "metrics.json").read_bytes() for k in ("0", "1")} == kept
+    assert "resuming" in (sweep / "2" / "train.log").read_text()
+    rows = _rows(sweep)
+    assert sorted(rows) == ["0", "1", "2"] and all(r["status"] == "ok" for r in rows.values())
+    assert json.loads((sweep / "2" / "metrics.json").read_text())["epochs"] >= 1
+
+
+@pytest.mark.slow
+def test_failed_jobs_are_retried_unless_told_not_to(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    bad = "data.dataset={_target_:tests.helpers.random_sets,_partial_:true,fail_after:30}"
+    command = [
+        *GRID, "optimizer.lr=0.05,0.1", f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}",
+    ]  # fmt: skip
+    res = run_cli(*command, bad, cwd=tmp_path)
+    assert res.returncode != 0
+    assert {k: r["status"] for k, r in _rows(sweep).items()} == {"0": "failed", "1": "failed"}
+    res = run_cli(*command, bad, "sweep.retry_failed=false", cwd=tmp_path)
+    assert "failed in an earlier run of this sweep" in res.stdout + res.stderr
+    assert "disk error" in _rows(sweep)["0"]["error"]  # the first failure's record stays
