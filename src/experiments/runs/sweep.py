@@ -103,8 +103,8 @@ def claim(sweep_dir: Path, mine: Manifest, force: bool) -> bool:
 def _read(path: Path) -> Manifest:
     try:
         data = json.loads(path.read_text())
-        return Manifest(**{k: data[k] for k in ("fixed", "space", "config_hash")},
-                        sweeper=data.get("sweeper", ""), command=data.get("command", []))  # fmt: skip
+        known = {k: data[k] for k in ("fixed", "space", "config_hash")}
+        return Manifest(**known, sweeper=data.get("sweeper", ""), command=data.get("command", []))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"{path} is unreadable ({err}); choose another hydra.sweep.dir") from None
 
