@@ -254,3 +254,24 @@ class SignalOnce(Callback):
         if HydraConfig.initialized() and HydraConfig.get().job.num == self.job:
             Path(self.marker).touch()
             os.kill(os.getpid(), self.signum)
+
+
+class FillDiskOnce(Callback):
+    """At the start of training epoch ``epoch``, the first time only (``marker``), writes
+    ``ballast`` until its file system is full: a disk that fills up mid-run."""
+
+    def __init__(self, epoch: int, ballast: str, marker: str) -> None:
+        self.epoch, self.ballast, self.marker = epoch, ballast, marker
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        from pathlib import Path
+
+        if trainer.current_epoch != self.epoch or Path(self.marker).exists():
+            return
+        import contextlib
+
+        Path(self.marker).touch()
+        with contextlib.suppress(OSError), open(self.ballast, "wb") as f:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()

@@ -193,6 +193,21 @@ def _redact_saved_config(cfg: DictConfig) -> None:
         OmegaConf.save(OmegaConf.create(clean), saved)
 
 
+def _write_error(err: BaseException, cfg: DictConfig) -> UserError | None:
+    """A write that failed while training (a full disk, a file system turned read-only) as
+    the one line to act on: the newest checkpoint written whole is still there."""
+    from experiments.runs.files import find_write_error, write_problem
+
+    os_error = find_write_error(err)
+    if os_error is None:
+        return None
+    return UserError(
+        f"cannot write the run's files ({write_problem(os_error)}); its last checkpoint is "
+        f"intact: free space or fix the folder, then continue with: python -m experiments.train "
+        f"resume={cfg.paths.output_dir}"
+    )
+
+
 def _earlier_sweep_job(cfg: DictConfig) -> dict | None:
     """A sweep job run again (the same sweep re-run into its dir, ``experiments.runs.sweep``):
     the metrics of one that finished before (kept, not trained again), None to train, after
@@ -262,7 +277,7 @@ def main(cfg: DictConfig) -> float | None:
                 "%s\nresume with: python -m experiments.train resume=%s", err, cfg.paths.output_dir
             )
             sys.exit(128 + interrupted)
-        user_error = find_user_error(err)
+        user_error = find_user_error(err) or _write_error(err, cfg)
         if user_error is None:
             raise
         if multirun:

@@ -17,6 +17,7 @@ from experiments.config.slurm import check_slurm_launcher, check_task_layout
 from experiments.config.targets import check_targets
 from experiments.config.validate import validate
 from experiments.errors import UserError, one_line
+from experiments.runs.files import check_writable
 from experiments.runs.resume import resume_overrides, resume_target
 from experiments.utils import process_rank
 
@@ -126,6 +127,7 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         full = compose_or_fail(composer, overrides)
         cfg = task_view(full)
     validate(cfg)
+    _check_data_dir(cfg)
     check_targets(OmegaConf.to_container(cfg, resolve=False))
     check_task_layout()
     hydra_keys = ("hydra/launcher=", "hydra.launcher.", "hparams_search=", "hydra.sweeper.")
@@ -146,6 +148,8 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         )
     if flags:  # --cfg, --info, ...: Hydra's own
         return Checked(argv)
+    if process_rank() == 0:  # (the run_stamp resolver caches: Hydra runs in this same dir)
+        check_writable(str(full.hydra.run.dir), "hydra.run.dir")
     return Checked(argv, full, composer)  # Hydra would compose this same config to run it
 
 
@@ -178,9 +182,24 @@ def claim_sweep_dir(composer: Composer, full: DictConfig, argv: list[str], parse
             shared.pop(key, None)
     mine = manifest(given, sweeps, params, OmegaConf.to_yaml(shared), target)
     force = bool(OmegaConf.select(full, "sweep.force", default=False))
+    check_writable(sweep_dir, "hydra.sweep.dir")
     if claim(sweep_dir, mine, force):
         print(f"resuming the sweep in {sweep_dir}: finished jobs are kept", flush=True)
     return argv
+
+
+def _check_data_dir(cfg: DictConfig) -> None:
+    from pathlib import Path
+
+    try:
+        data_dir = OmegaConf.select(cfg, "paths.data_dir", default=None)
+    except Exception:  # resolved later, where it is used
+        return
+    if data_dir is not None and Path(str(data_dir)).exists() and not Path(data_dir).is_dir():
+        raise UserError(
+            f"paths.data_dir={data_dir} is a file, not a folder; point it at the folder that "
+            f"holds (or will hold) the data sets"
+        )
 
 
 def check_sweeper(cfg: DictConfig) -> None:

@@ -241,6 +241,18 @@ def export_digits(root: str | os.PathLike) -> Path:
     root = Path(root)
     if (root / "labels.csv").is_file():
         return root
+    try:
+        return _export_digits(root)
+    except OSError as err:
+        from experiments.runs.files import write_problem
+
+        raise UserError(
+            f"cannot export the bundled digits to {root} ({write_problem(err)}); set "
+            f"paths.data_dir=<a folder you can write>"
+        ) from None
+
+
+def _export_digits(root: Path) -> Path:
     from sklearn.datasets import load_digits  # ships the data inside the package
 
     root.parent.mkdir(parents=True, exist_ok=True)

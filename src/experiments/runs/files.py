@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -50,3 +51,61 @@ def write_json(path: str | os.PathLike, data: Any) -> Path:
     """Write ``data`` as indented JSON, atomically."""
     text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
     return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def check_writable(folder: str | os.PathLike, key: str) -> None:
+    """Make ``folder`` (and its parents) and write a byte in it, so that a place results
+    cannot go (a read-only file system, a file in the way, a full disk) is one line before
+    anything runs, not a traceback later.
+
+    Raises:
+        UserError: naming ``key``, the path and the cause.
+    """
+    from experiments.errors import UserError
+
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=folder)
+        try:
+            os.write(fd, b"x")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            Path(probe).unlink(missing_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"{key}={folder}: cannot write there ({write_problem(err)}); choose another folder "
+            f"or fix that one"
+        ) from None
+
+
+def write_problem(err: OSError) -> str:
+    """What an OSError from writing means, in a few words, with the path it names."""
+    what = {
+        errno.ENOSPC: "no space left on the device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EROFS: "read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.EEXIST: "a file is in the way",
+        errno.ENOTDIR: "a file is in the way",
+    }.get(err.errno, err.strerror or type(err).__name__)
+    return f"{what}: {err.filename}" if err.filename else what
+
+
+WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+    | {errno.EEXIST, errno.ENOTDIR}  # a file where a folder should be
+)
+
+
+def find_write_error(err: BaseException | None) -> OSError | None:
+    """The OSError of a failed write (full disk, read-only, permissions) behind ``err``."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
