@@ -160,3 +160,30 @@ def test_frozen_backbone_stays_exactly_at_its_start_under_ddp(tmp_path, data_dir
         # gradients dropped and BatchNorms in eval mode: the backbone, running statistics
         # included, is bit-for-bit where it started; the head has trained
         assert torch.equal(trained[key], value) == (not key.startswith("head.")), key
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_fork_workers_saves_exits_143_and_resumes_bit_exact(tmp_path, data_dir):
+    # the signal goes to each worker process itself (SignalAt runs in the workers), as a
+    # scheduler's SIGTERM to the process group does: it used to hang the parent forever
+    from tests.test_reliability import _assert_same_training_state
+
+    common = ["trainer=ddp_cpu", "seed=0", "trainer.max_epochs=3", "logger=none"]
+    common.append(f"paths.data_dir={data_dir}")
+    stop = ["+callbacks.signal_at._target_=tests.helpers.SignalAt", "+callbacks.signal_at.step=15"]
+    res = run_cli("-m", "experiments.train", *common, *stop, "hydra.run.dir=A", cwd=tmp_path)
+    assert res.returncode == 143, res.stderr[-3000:]
+    out = res.stdout + res.stderr
+    assert "stopped by SIGTERM at epoch 1, step 15" in out
+    assert "resume with: python -m experiments.train resume=" in out
+    assert not (tmp_path / "A" / "metrics.json").exists()
+    res = run_cli("-m", "experiments.train", "resume=A", "callbacks.signal_at.step=-1",
+                  cwd=tmp_path, env_extra=ENV)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_cli("-m", "experiments.train", *common, "hydra.run.dir=B", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    _assert_same_training_state(
+        tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
+    )
+    a, b = (json.loads((tmp_path / r / "metrics.json").read_text()) for r in "AB")
+    assert a["val/acc"] == b["val/acc"] and a["test/acc"] == b["test/acc"]

@@ -113,12 +113,14 @@ def trainer(cfg: DictConfig, callbacks: list, loggers: list):
     """Lightning's Trainer with atomic, weights-only-loadable full checkpoints."""
     from hydra.utils import instantiate
 
+    from experiments.compat import signal_safe_workers
     from experiments.runs.checkpoint_io import AtomicCheckpointIO
 
     built = instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )
     _skip_unused_hooks(built.callbacks)  # including those Lightning added itself
+    signal_safe_workers(built)  # ddp_fork/ddp_spawn: a signal saves and stops, not hangs
     return built
 
 

@@ -95,6 +95,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
 
     from experiments.callbacks import FaultTolerance, StateDictCheckpoint
     from experiments.callbacks.fault_tolerance import RunInterrupted
+    from experiments.compat import WORKER_INTERRUPTED
     from experiments.config.secrets import redacted_config
     from experiments.runs.layout import RunDir
     from experiments.tracking import finish_loggers
@@ -123,6 +124,15 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
             signum = guard.signum if guard is not None and guard.signum else 15
             last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
             raise RunInterrupted(signum, last, trainer.current_epoch, trainer.global_step) from None
+        except Exception as err:
+            if WORKER_INTERRUPTED not in str(err):
+                raise
+            # fork/spawn workers: they saved (compat.signal_safe_workers); SIGTERM reached them
+            from experiments.runs.checkpoint_io import load_full_checkpoint
+
+            last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+            saved = load_full_checkpoint(last)  # the workers' trainers, not this one, moved on
+            raise RunInterrupted(15, last, saved["epoch"], saved["global_step"]) from None
     except BaseException:
         finish_loggers(loggers, failed=True)  # one W&B run per job, closed even on failure
         raise
