@@ -9,7 +9,7 @@ import inspect
 def test_fork_launcher_is_made_signal_safe():
     import lightning as L
 
-    from experiments.compat import _SignalSafeLauncher, signal_safe_workers
+    from experiments.compat.lightning import _SignalSafeLauncher, signal_safe_workers
 
     trainer = L.Trainer(
         accelerator="cpu", devices=2, strategy="ddp_fork", logger=False, enable_progress_bar=False
@@ -24,3 +24,80 @@ def test_fork_launcher_is_made_signal_safe():
     assert params[:4] == ["self", "process_idx", "trainer", "function"], (
         f"Lightning: _MultiProcessingLauncher._wrapping_function takes {params} now"
     )
+
+
+def test_hydra_job_outcome_and_basic_launcher():
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from experiments.compat.hydra import is_basic_launcher, job_outcome
+
+    failed = JobReturn()
+    failed.status, failed.return_value = JobStatus.FAILED, ValueError("boom")
+    assert job_outcome(failed)[0] is True and str(job_outcome(failed)[1]) == "boom", (
+        "Hydra: JobReturn no longer keeps a failed job's exception in _return_value"
+    )
+    done = JobReturn()
+    done.status, done.return_value = JobStatus.COMPLETED, 0.5
+    assert job_outcome(done) == (False, 0.5)
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+    assert is_basic_launcher(BasicLauncher()) and not is_basic_launcher(object())
+
+
+def test_hydra_composer_composes_the_whole_config():
+    from experiments.compat.hydra import Composer, is_multirun, task_view
+    from experiments.config import CONF_DIR
+
+    full = Composer(str(CONF_DIR), "train").compose(["model=cnn"])
+    assert full.hydra.job.name and not is_multirun(full), "Hydra: compose_config changed"
+    assert "hydra" not in task_view(full) and task_view(full).model.net._target_
+
+
+def test_lightning_trainer_step_and_experiment_handles(tmp_path):
+    import lightning as L
+    import torch
+
+    from experiments.compat.lightning import (
+        AppendingCSVLogger,
+        attached_trainer,
+        close_experiment,
+        logger_step,
+        opened_experiment,
+    )
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    module = Tiny()
+    assert attached_trainer(module) is None, "Lightning: LightningModule._trainer changed"
+    logger = AppendingCSVLogger(tmp_path)
+    assert opened_experiment(logger) is None
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(6, 2)), 2)
+    trainer = L.Trainer(max_steps=3, logger=logger, enable_progress_bar=False,
+                        enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(module, data)
+    assert attached_trainer(module) is trainer
+    assert logger_step(trainer) == trainer.global_step == 3, "Lightning: the logger step moved"
+    assert opened_experiment(logger) is not None and close_experiment(logger) is not None
+    assert opened_experiment(logger) is None
+
+
+def test_optuna_trial_by_number(tmp_path):
+    import optuna
+
+    from experiments.compat.optuna import trial_by_number
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    asked = [study.ask() for _ in range(2)]
+    trial = trial_by_number(study, 1)
+    assert trial._trial_id == asked[1]._trial_id, "Optuna: the storage's trial lookup changed"
+    trial.report(0.5, step=0)
+    assert study.trials[1].intermediate_values == {0: 0.5}

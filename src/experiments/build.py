@@ -113,7 +113,7 @@ def trainer(cfg: DictConfig, callbacks: list, loggers: list):
     """Lightning's Trainer with atomic, weights-only-loadable full checkpoints."""
     from hydra.utils import instantiate
 
-    from experiments.compat import signal_safe_workers
+    from experiments.compat.lightning import signal_safe_workers
     from experiments.runs.checkpoint_io import AtomicCheckpointIO
 
     built = instantiate(

@@ -95,7 +95,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
 
     from experiments.callbacks import FaultTolerance, StateDictCheckpoint
     from experiments.callbacks.fault_tolerance import RunInterrupted
-    from experiments.compat import WORKER_INTERRUPTED
+    from experiments.compat.lightning import WORKER_INTERRUPTED
     from experiments.config.secrets import redacted_config
     from experiments.runs.layout import RunDir
     from experiments.tracking import finish_loggers
@@ -203,56 +203,13 @@ def _redact_saved_config(cfg: DictConfig) -> None:
         OmegaConf.save(OmegaConf.create(clean), saved)
 
 
-def _write_error(err: BaseException, cfg: DictConfig) -> UserError | None:
-    """A write that failed while training (a full disk, a file system turned read-only) as
-    the one line to act on: the newest checkpoint written whole is still there."""
-    from experiments.runs.files import find_write_error, write_problem
-
-    os_error = find_write_error(err)
-    if os_error is None:
-        return None
-    return UserError(
-        f"cannot write the run's files ({write_problem(os_error)}); its last checkpoint is "
-        f"intact: free space or fix the folder, then continue with: python -m experiments.train "
-        f"resume={cfg.paths.output_dir}"
-    )
-
-
-def _earlier_sweep_job(cfg: DictConfig) -> dict | None:
-    """A sweep job run again (the same sweep re-run into its dir, ``experiments.runs.sweep``):
-    the metrics of one that finished before (kept, not trained again), None to train, after
-    pointing ``resume`` at the job's own checkpoint when it has one."""
-    from omegaconf import open_dict
-
-    from experiments.runs.sweep import KEPT, plan_job
-
-    job_dir = Path(cfg.paths.output_dir)
-    retry_failed = bool(OmegaConf.select(cfg, "sweep.retry_failed", default=True))
-    action, found = plan_job(job_dir, retry_failed)
-    if action == "keep":
-        KEPT.add(str(job_dir))
-        log.info("job %s finished in an earlier run of this sweep: kept", job_dir.name)
-        return found
-    if action == "failed":
-        KEPT.add(str(job_dir))
-        raise UserError(
-            f"job {job_dir.name} failed in an earlier run of this sweep ({found.get('error')}); "
-            f"sweep.retry_failed=false keeps it failed"
-        )
-    if action == "resume":
-        log.info(
-            "job %s continues from its checkpoint (an earlier run of this sweep)", job_dir.name
-        )
-        with open_dict(cfg):
-            cfg.resume = str(found)
-    return None
-
-
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from experiments.runs.files import write_error
+    from experiments.runs.sweep import earlier_sweep_job
     from experiments.utils import print_config_tree, process_rank, quiet_console
 
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -264,7 +221,7 @@ def main(cfg: DictConfig) -> float | None:
                 print_config_tree(cfg, GROUP_ORDER + ("paths", "seed", "task_name"))
         else:  # a DDP rank Lightning re-launched: rank 0 speaks for all
             quiet_console()
-        kept = _earlier_sweep_job(cfg) if multirun else None
+        kept = earlier_sweep_job(cfg) if multirun else None
         if kept is not None:
             metrics = kept
         elif cfg.get("cv") and cfg.cv.get("folds"):
@@ -287,7 +244,7 @@ def main(cfg: DictConfig) -> float | None:
                 "%s\nresume with: python -m experiments.train resume=%s", err, cfg.paths.output_dir
             )
             sys.exit(128 + interrupted)
-        user_error = find_user_error(err) or _write_error(err, cfg)
+        user_error = find_user_error(err) or write_error(err, cfg.paths.output_dir)
         if user_error is None:
             raise
         if multirun:
@@ -321,7 +278,7 @@ def cli() -> None:
     if checked.run_cfg is None:
         main()
     else:  # a plain single run: Hydra runs the config the check composed, not a new one
-        from experiments.config.compose import run_composed
+        from experiments.compat.hydra import run_composed
 
         run_composed(checked.composer, checked.run_cfg, main)
 

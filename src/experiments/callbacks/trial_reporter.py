@@ -34,13 +34,10 @@ class TrialReporter(L.Callback):
         self._trial = None
 
     def _open(self):
-        import optuna
+        from experiments.compat.optuna import trial_by_number
 
         study = open_study(self.settings, self.sweep_dir, self.name, create=False)
-        trial_id = study._storage.get_trial_id_from_study_id_trial_number(
-            study._study_id, self.number
-        )
-        return optuna.trial.Trial(study, trial_id)
+        return trial_by_number(study, self.number)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:

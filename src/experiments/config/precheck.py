@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from experiments.config.compose import Composer, is_multirun, task_view
+from experiments.compat.hydra import Composer, is_multirun, task_view
 from experiments.config.secrets import is_secret_key
 from experiments.config.slurm import check_slurm_launcher, check_task_layout
 from experiments.config.targets import check_targets
@@ -47,7 +47,7 @@ MULTIRUN = {"-m", "--multirun"}
 class Checked:
     """``argv``: Hydra's arguments, rewritten for ``resume=``. ``run_cfg``: for a plain single
     run, the whole config (``hydra`` node included) already composed from ``argv``, and the
-    ``composer`` that composed it (``experiments.config.compose.run_composed``); else None."""
+    ``composer`` that composed it (``experiments.compat.hydra.run_composed``); else None."""
 
     argv: list[str]
     run_cfg: DictConfig | None = None

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torchmetrics import Metric
 
+from experiments.compat.lightning import logger_step
 from experiments.errors import UserError
 
 
@@ -168,7 +169,7 @@ def log_step(trainer, values: dict[str, torch.Tensor]) -> None:
     the progress bar shows and ``metrics.json`` records.
     """
     # Lightning saves the loggers after this step
-    _to_loggers(trainer, values, step=trainer.fit_loop.epoch_loop._batches_that_stepped)
+    _to_loggers(trainer, values, step=logger_step(trainer))
 
 
 def log_to_loggers(trainer, values: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from experiments.compat.lightning import attached_trainer
 from experiments.errors import UserError
 from experiments.models import finetune
 from experiments.models.ema import ema_copy, update_ema
@@ -185,12 +186,13 @@ class ClassificationModule(L.LightningModule):
         epoch = {"on_step": False, "on_epoch": True}
         if stage == "train":  # no Lightning result state per step: logged once, at the end
             self.train_totals.add(logits.detach(), labels, loss, x.shape[0])
-            if epoch_ends_here(self._trainer, self.global_step):
+            trainer = attached_trainer(self)
+            if epoch_ends_here(trainer, self.global_step):
                 values = self.train_totals.take(self.trainer.strategy)
                 self.log("train/loss", values["train/loss"], prog_bar=True, **epoch)
                 self.log("train/acc", values["train/acc"], **epoch)
-            if logging_step(self._trainer, self.global_step):
-                log_step(self._trainer, {"train/loss_step": loss.detach()})
+            if logging_step(trainer, self.global_step):
+                log_step(trainer, {"train/loss_step": loss.detach()})
             return loss
         getattr(self, f"{stage}_stats").update(logits.detach(), labels)
         getattr(self, f"{stage}_loss").update(loss, x.shape[0])
@@ -208,11 +210,12 @@ class ClassificationModule(L.LightningModule):
             return
         values = summarize(*stats.compute(), top_k=self.top_k)
         stats.reset()
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
+        trainer = attached_trainer(self)
+        datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         names = list(getattr(datamodule, "class_names", None) or [])
         # the values are already summed over ranks; the mean of equal values is that value,
         # and Lightning warns about every epoch-level value logged without sync under DDP
-        sync = self._trainer is not None and self.trainer.world_size > 1
+        sync = trainer is not None and trainer.world_size > 1
         per_class = {}  # straight to the loggers: self.log costs ~0.3 ms per key
         for key, value in values.items():
             kind, _, i = key.partition("/")
@@ -220,13 +223,13 @@ class ClassificationModule(L.LightningModule):
                 self.log(f"{stage}/{key}", value, prog_bar=key == "acc", sync_dist=sync)
             elif self.per_class_metrics:
                 per_class[f"{stage}/{kind}/{names[int(i)] if len(names) > int(i) else i}"] = value
-        log_to_loggers(self._trainer, per_class)
+        log_to_loggers(trainer, per_class)
 
     def on_train_epoch_start(self) -> None:
         if self.freeze_backbone_epochs > 0:
             frozen = self.current_epoch < self.freeze_backbone_epochs
             self._backbone_frozen = frozen
-            if self._trainer is None or self.trainer.world_size <= 1:
+            if attached_trainer(self) is None or self.trainer.world_size <= 1:
                 finetune.freeze_backbone(self.net, self.head, frozen, self.hparams.freeze)
             if not frozen:
                 self.net.train()  # the backbone's BatchNorms learn again

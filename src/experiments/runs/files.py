@@ -8,7 +8,10 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from experiments.errors import UserError
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
@@ -109,3 +112,18 @@ def find_write_error(err: BaseException | None) -> OSError | None:
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
+
+
+def write_error(err: BaseException, run_dir) -> UserError | None:
+    """A write that failed while training (a full disk, a file system turned read-only) as
+    the one line to act on: the newest checkpoint written whole is still there."""
+    from experiments.errors import UserError
+
+    os_error = find_write_error(err)
+    if os_error is None:
+        return None
+    return UserError(
+        f"cannot write the run's files ({write_problem(os_error)}); its last checkpoint is "
+        f"intact: free space or fix the folder, then continue with: python -m experiments.train "
+        f"resume={run_dir}"
+    )

@@ -134,3 +134,29 @@ def plan_job(job_dir: Path, retry_failed: bool) -> tuple[str, Any]:
     if run.has_checkpoint():
         return "resume", run.path
     return "run", None
+
+
+def earlier_sweep_job(cfg) -> dict | None:
+    """A sweep job run again (the same sweep re-run into its dir): the metrics of one that
+    finished before (kept, not trained again), None to train, after pointing ``resume`` at
+    the job's own checkpoint when it has one. ``cfg``: the job's composed config."""
+    from omegaconf import OmegaConf, open_dict
+
+    job_dir = Path(cfg.paths.output_dir)
+    retry_failed = bool(OmegaConf.select(cfg, "sweep.retry_failed", default=True))
+    action, found = plan_job(job_dir, retry_failed)
+    if action == "keep":
+        KEPT.add(str(job_dir))
+        log.info("job %s finished in an earlier run of this sweep: kept", job_dir.name)
+        return found
+    if action == "failed":
+        KEPT.add(str(job_dir))
+        raise UserError(
+            f"job {job_dir.name} failed in an earlier run of this sweep ({found.get('error')}); "
+            f"sweep.retry_failed=false keeps it failed"
+        )
+    if action == "resume":
+        log.info("job %s continues from its checkpoint (earlier run of the sweep)", job_dir.name)
+        with open_dict(cfg):
+            cfg.resume = str(found)
+    return None

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from experiments.compat.hydra import job_outcome
 from experiments.runs.files import atomic_write, write_json
 from experiments.runs.sweep import JOB_FILE, KEPT
 
@@ -50,9 +51,9 @@ class SweepSummary(Callback):
         if str(job_dir) in KEPT:  # an earlier run of the sweep ended it: its record stays
             write_summary(Path(hydra_cfg.sweep.dir), *_metric(config))
             return
-        failed = job_return.status != JobStatus.COMPLETED
-        error = _one_line(job_return._return_value) if failed else None
-        value = None if failed else job_return._return_value
+        failed, outcome = job_outcome(job_return)
+        error = _one_line(outcome) if failed else None
+        value = None if failed else outcome
         write_json(
             job_dir / JOB_FILE,
             {

@@ -125,13 +125,15 @@ def finish_loggers(loggers: Iterable, failed: bool, checkpoint_dir: Path | None 
             logger.finalize("failed" if failed else "success")
         except Exception as err:  # a logger failing to close must not hide the real error
             log.warning("could not finalize %s: %s", type(logger).__name__, err)
-        run = getattr(logger, "_experiment", None)
+        from experiments.compat.lightning import close_experiment, opened_experiment
+
+        run = opened_experiment(logger)
         if run is None or not hasattr(run, "finish"):
             continue
         if getattr(logger, "log_checkpoints", False) and not failed and checkpoint_dir:
             _upload_checkpoints(run, checkpoint_dir)
         run.finish(exit_code=1 if failed else 0)
-        logger._experiment = None
+        close_experiment(logger)
 
 
 def _upload_checkpoints(run, checkpoint_dir: Path) -> None:

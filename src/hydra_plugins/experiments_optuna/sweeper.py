@@ -26,6 +26,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.compat.hydra import job_outcome
 from experiments.tracking.optuna_study import (
     DIRECTIONS,
     PRUNERS,
@@ -181,9 +182,9 @@ class OptunaSweeper(Sweeper):
         return space, fixed
 
     def _workers(self) -> int:
-        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+        from experiments.compat.hydra import is_basic_launcher
 
-        if isinstance(self.launcher, BasicLauncher) and self.n_jobs > 1:
+        if is_basic_launcher(self.launcher) and self.n_jobs > 1:
             log.warning(
                 "hydra.sweeper.n_jobs=%d: Hydra's basic launcher runs one trial at a time in "
                 "this process; use hydra/launcher=joblib (or a SLURM launcher) for parallel "
@@ -253,7 +254,7 @@ class OptunaSweeper(Sweeper):
         values = self._values(ret)
         if values is None:
             study.tell(trial, state=states.FAIL)
-            log.warning("trial %d failed: %s", trial.number, _describe(ret, ret._return_value))
+            log.warning("trial %d failed: %s", trial.number, _describe(ret, job_outcome(ret)[1]))
             return False
         study.tell(trial, values if len(values) > 1 else values[0])
         return True
@@ -266,7 +267,7 @@ class OptunaSweeper(Sweeper):
             metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
             values = [metrics.get(k) for k in self.objectives]
         else:
-            values = [ret._return_value]
+            values = [job_outcome(ret)[1]]
         ok = all(isinstance(v, int | float) and math.isfinite(v) for v in values)
         return [float(v) for v in values] if ok else None
 
@@ -353,6 +354,6 @@ def _describe(ret, value) -> str:
     if ret.status != JobStatus.COMPLETED:
         from experiments.errors import one_line
 
-        err = ret._return_value
+        err = job_outcome(ret)[1]
         return f"{type(err).__name__}: {one_line(err, last=True)}"
     return f"returned {value!r}, not a finite number (is optimized_metric logged?)"

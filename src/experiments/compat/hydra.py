@@ -1,5 +1,6 @@
-"""One Hydra instance for the command line: the pre-check composes the config with it, and a
-plain single run is then handed to Hydra's own job runner with that same config.
+"""Hydra's private API (see ``experiments.compat``). One Hydra instance for the command
+line: the pre-check composes the config with it, and a plain single run is then handed to
+Hydra's own job runner with that same config.
 
 ``@hydra.main`` composes a single run twice (once to read ``hydra.mode``, once to run),
 and the pre-check composed it a third time, ~0.1 s each on the default config. A run
@@ -95,3 +96,18 @@ def run_composed(composer: Composer, full: DictConfig, task_function: Callable) 
         return run_and_report(run)
     finally:
         GlobalHydra.instance().clear()
+
+
+def job_outcome(job_return) -> tuple[bool, object]:
+    """``(failed, value or exception)`` of a Hydra ``JobReturn``: its public ``return_value``
+    raises a failed job's exception and writes to stderr; the field holds either."""
+    from hydra.core.utils import JobStatus
+
+    return job_return.status != JobStatus.COMPLETED, job_return._return_value
+
+
+def is_basic_launcher(launcher) -> bool:
+    """Whether ``launcher`` is Hydra's basic (in-process, one job at a time) launcher."""
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+    return isinstance(launcher, BasicLauncher)
