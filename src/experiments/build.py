@@ -109,7 +109,7 @@ def loggers(cfg: DictConfig, run_dir: Path, resuming: bool) -> list:
     ]
 
 
-def trainer(cfg: DictConfig, callbacks: list, loggers: list):
+def trainer(cfg: DictConfig, callbacks: list, loggers: list, train_batches: int | None = None):
     """Lightning's Trainer with atomic, weights-only-loadable full checkpoints."""
     from hydra.utils import instantiate
 
@@ -117,11 +117,48 @@ def trainer(cfg: DictConfig, callbacks: list, loggers: list):
     from experiments.runs.checkpoint_io import AtomicCheckpointIO
 
     built = instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO(), *cluster_plugins()],
+        **_log_interval(cfg, train_batches),
     )
     _skip_unused_hooks(built.callbacks)  # including those Lightning added itself
     signal_safe_workers(built)  # ddp_fork/ddp_spawn: a signal saves and stops, not hangs
     return built
+
+
+def cluster_plugins() -> list:
+    """No cluster environment to detect when no scheduler started this process: Lightning
+    would look for SLURM and, finding ``srun`` installed but unused, warn on every run of
+    every machine that has SLURM. Under SLURM, torchrun, LSF or MPI: Lightning detects (as
+    it never detects Kubeflow: give ``trainer.plugins`` for that)."""
+    import os
+
+    from lightning.fabric.plugins.environments import (
+        LightningEnvironment,
+        LSFEnvironment,
+        TorchElasticEnvironment,
+    )
+
+    if os.environ.get("SLURM_JOB_ID") or os.environ.get("OMPI_COMM_WORLD_SIZE"):
+        return []
+    if TorchElasticEnvironment.detect() or LSFEnvironment.detect():
+        return []
+    return [LightningEnvironment()]
+
+
+def _log_interval(cfg: DictConfig, train_batches: int | None) -> dict:
+    """``log_every_n_steps`` no larger than an epoch (Lightning warns when it is, and would
+    log no step of a short epoch)."""
+    every = cfg.trainer.get("log_every_n_steps")
+    for key in ("limit_train_batches", "overfit_batches"):
+        limit = cfg.trainer.get(key)
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit and train_batches:
+            train_batches = min(train_batches, limit)
+    if every is None or not train_batches or every <= train_batches:
+        return {}
+    return {"log_every_n_steps": max(1, int(train_batches))}
 
 
 # called on every callback on every step (a profiler context and a name format each, ~2 µs)
@@ -184,6 +221,7 @@ def single_device_tester(cfg: DictConfig, trainer, loggers: list):
     import lightning as L
 
     return L.Trainer(
+        plugins=cluster_plugins(),
         accelerator=trainer.accelerator,
         devices=1,
         num_nodes=1,

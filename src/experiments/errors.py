@@ -53,8 +53,10 @@ def run_main(body, argv) -> None:
         format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
         datefmt="%H:%M:%S",
     )
+    from experiments.console import filter_upstream_warnings
     from experiments.utils import pause_gc
 
+    filter_upstream_warnings()
     pause_gc()  # the body calls resume_gc once its start-up is over
     try:
         body(list(argv))

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.config import CONF_DIR
 from experiments.config.validate import validate
+from experiments.console import SWEEP_LINE, filter_upstream_warnings, metrics_table, what_runs
 from experiments.errors import UserError, exit_with, find_user_error
 from experiments.utils import pause_gc, resume_gc
 
@@ -66,7 +67,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
         datamodule, model = build.datamodule_and_model(cfg)
         loggers = build.loggers(cfg, run_dir, resuming=resume_from is not None)
         callbacks = build.callbacks(cfg, with_logger=bool(loggers)) + trial_reporter(cfg)
-        trainer = build.trainer(cfg, callbacks, loggers)
+        trainer = build.trainer(cfg, callbacks, loggers, train_batches=_batches(datamodule))
+        if trainer.is_global_zero:
+            log.info("run: %s -> %s", what_runs(cfg, trainer), run_dir)
         if trainer.is_global_zero:
             write_environment(run_dir, cfg.seed, str(trainer.strategy.root_device), git())
         resume_gc()  # start-up is over: what it allocated stays, so later collections skip it
@@ -85,8 +88,17 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
             write_json(run_dir / "metrics.json", summary)
     shown = "  ".join(f"{k}={metrics[k]:.4f}" for k in ("val/acc", "test/acc") if k in metrics)
-    log.info("done in %.1f s: %s  (%s)", summary["wall_time_s"], shown, run_dir)
+    log.info("done in %.1f s: %s  (%s)", summary["wall_time_s"], shown, run_dir, extra=SWEEP_LINE)
+    if trainer.is_global_zero:
+        log.info("%s", metrics_table(metrics))
     return metrics
+
+
+def _batches(datamodule) -> int | None:
+    try:
+        return len(datamodule.train_dataloader())
+    except Exception:  # a loader without a length: Lightning decides
+        return None
 
 
 def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_from):
@@ -265,6 +277,7 @@ def cli() -> None:
     from experiments.config.precheck import check
 
     pause_gc()
+    filter_upstream_warnings()
     if any(a in ("-h", "--help") for a in sys.argv[1:]):
         from experiments.config.help import help_text
 

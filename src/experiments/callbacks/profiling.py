@@ -12,6 +12,7 @@ import lightning as L
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from experiments.console import KINETO_NOISE, native_stderr_without
 from experiments.runs.files import write_json
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,8 @@ class Profiling(L.Callback):
         self._clock = _FetchClock(trainer.profiler, self.now)
         trainer.profiler = self._clock
         self._sync(pl_module)
-        self._prof.start()
+        with native_stderr_without(*KINETO_NOISE):
+            self._prof.start()
         self._epoch_start = self._last_end = self.now()
 
     def _export_trace(self, prof: profile) -> None:
@@ -168,14 +170,16 @@ class Profiling(L.Callback):
         self._steps += 1
         first = batch[0] if isinstance(batch, list | tuple) else batch
         self._samples += len(first) if hasattr(first, "__len__") else 0
-        self._prof.step()
+        with native_stderr_without(*KINETO_NOISE):
+            self._prof.step()  # the trace is written when the active window ends
         self._last_end = self.now()  # the profiler's own step cost is not data wait
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self._prof is None:
             return
         prof, self._prof = self._prof, None
-        prof.stop()
+        with native_stderr_without(*KINETO_NOISE):
+            prof.stop()
         trainer.profiler = self._clock.inner
         elapsed = self.now() - self._epoch_start
         step_time = self._wait_s + self._compute_s  # between steps + inside steps

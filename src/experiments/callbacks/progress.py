@@ -20,6 +20,8 @@ class TerseProgressBar(TQDMProgressBar):
         refresh_rate: batches between bar updates on a terminal.
     """
 
+    MAX_LINES = 20
+
     def __init__(self, refresh_rate: int = 10) -> None:
         self.interactive = sys.stderr.isatty()
         super().__init__(refresh_rate=refresh_rate if self.interactive else 0)
@@ -44,4 +46,8 @@ class TerseProgressBar(TQDMProgressBar):
             and v.numel() == 1
         }
         text = "  ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items()))
-        log.info("epoch %d/%d  %s", trainer.current_epoch + 1, trainer.max_epochs, text)
+        epoch, total = trainer.current_epoch + 1, trainer.max_epochs
+        # at most ~MAX_LINES epoch lines on the console (every one is in train.log)
+        every = max(1, -(-int(total or 1) // self.MAX_LINES))
+        console = epoch % every == 0 or epoch == 1 or epoch == total
+        log.info("epoch %d/%d  %s", epoch, total, text, extra={"console": console})

@@ -231,7 +231,12 @@ def loader(dm, split: str) -> DataLoader | StoreLoader:
     trainer = getattr(dm, "trainer", None)
     balanced = dm.sampler == "balanced"
     targets = dm.train_targets("data.sampler=balanced") if balanced and split == "train" else None
-    if split in dm._stores:
+    # Lightning's overfit_batches re-samples the train loader in order, which only a
+    # DataLoader allows: sample by sample then, with the dataset's own augmentation
+    overfitting = trainer is not None and bool(getattr(trainer, "overfit_batches", 0))
+    if overfitting and split == "train":
+        dm._augment_batch = None
+    if split in dm._stores and not overfitting:
         if trainer is not None:
             device = trainer.strategy.root_device
             dm._stores[split] = store.resident(dm._stores[split], device, dm.device_resident, split)
@@ -246,6 +251,6 @@ def loader(dm, split: str) -> DataLoader | StoreLoader:
             pin_memory=dm.pin_memory,
             position=_position(trainer) if train else None,
         )
-    if split != "train":
+    if split != "train" or overfitting:
         return DataLoader(dataset, shuffle=False, **options)
     return train_loader(dataset, trainer, balanced_targets=targets, **options)

@@ -241,6 +241,7 @@ def plan(dm, full_eval: Dataset, train_idx: list[int]):
             sum(s.nbytes for s in stores.values()) / 2**20,
             "; the augmentation runs on whole batches" if dm.augment is not None and augment
             else "",
+            extra={"console": False},  # train.log only
         )  # fmt: skip
     return stores, augment
 

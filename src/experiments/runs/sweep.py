@@ -147,7 +147,8 @@ def earlier_sweep_job(cfg) -> dict | None:
     action, found = plan_job(job_dir, retry_failed)
     if action == "keep":
         KEPT.add(str(job_dir))
-        log.info("job %s finished in an earlier run of this sweep: kept", job_dir.name)
+        log.info("job %s finished in an earlier run of this sweep: kept", job_dir.name,
+                 extra={"sweep_line": True})  # fmt: skip
         return found
     if action == "failed":
         KEPT.add(str(job_dir))
@@ -156,7 +157,8 @@ def earlier_sweep_job(cfg) -> dict | None:
             f"sweep.retry_failed=false keeps it failed"
         )
     if action == "resume":
-        log.info("job %s continues from its checkpoint (earlier run of the sweep)", job_dir.name)
+        log.info("job %s continues from its checkpoint (earlier run of the sweep)", job_dir.name,
+                 extra={"sweep_line": True})  # fmt: skip
         with open_dict(cfg):
             cfg.resume = str(found)
     return None
