@@ -43,7 +43,7 @@ test-fast: install
 	$(PY) -m pytest -q -n 2 -m "not slow" $(ARGS)
 
 bench: install
-	$(PY) -m benchmarks.run $(ARGS)
+	$(PY) -m benchmarks.run --update-docs $(ARGS)
 
 data: install
 	$(PY) scripts/get_data.py --root data

@@ -63,5 +63,11 @@ def main(overrides: list[str]) -> float:
     return acc
 
 
+USAGE = __doc__.strip().splitlines()[-1].strip()
+
+
 if __name__ == "__main__":
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(f"usage: {USAGE}\n\n" + __doc__.split("\n\n")[0])
+        sys.exit(0)
     main(sys.argv[1:])

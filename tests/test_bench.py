@@ -98,3 +98,18 @@ def test_time_to_accuracy_names_what_the_hand_loop_cannot_reproduce(data_dir):
     cfg.trainer.precision = "bf16-mixed"
     with pytest.raises(ValueError, match=r"mixup_alpha.*trainer.precision=bf16-mixed"):
         tta.recipe_spec(cfg)
+
+
+def test_bench_writes_the_committed_tables_only_when_asked(tmp_path):
+    from benchmarks.run import parse_args
+
+    assert parse_args(["--quick"]).out == str(REPO / "outputs" / "bench")
+    assert parse_args(["--update-docs"]).out == str(REPO / "benchmarks")
+    assert parse_args(["--out", str(tmp_path)]).out == str(tmp_path)
+    assert "--update-docs" in (REPO / "Makefile").read_text()  # make bench updates them
+
+
+def test_plain_cnn_help_answers_without_training(tmp_path):
+    res = run_cli("-m", "benchmarks.plain_cnn", "--help", cwd=REPO)
+    assert res.returncode == 0 and res.stdout.startswith("usage: python -m benchmarks.plain_cnn")
+    assert "Traceback" not in res.stderr

@@ -162,3 +162,21 @@ def test_the_collector_is_paused_for_start_up_only(tmp_path, data_dir):
     assert [r[0] for r in rows] == ["True", "True"]
     assert int(rows[0][1]) > 100_000  # frozen once, at the first job's start
     assert int(rows[1][1]) <= int(rows[0][1])  # not frozen again (the count only shrinks)
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["trainer.max_epoch=3"], "did you mean trainer.max_epochs?"),
+        (["trainer=gpu"], "trainer.accelerator=gpu: no CUDA GPU is visible here"),
+    ],
+)
+def test_misspelled_keys_and_a_gpu_that_is_not_there(tmp_path, data_dir, args, named):
+    import torch
+
+    if args == ["trainer=gpu"] and torch.cuda.is_available():
+        pytest.skip("a GPU is visible here: trainer=gpu is valid")
+    res = run_cli("-m", "experiments.train", *args, f"paths.data_dir={data_dir}", cwd=tmp_path)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and lines[-1].startswith("error: "), res.stderr[-2000:]
+    assert named in lines[-1] and "Traceback" not in res.stderr

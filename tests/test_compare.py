@@ -179,6 +179,20 @@ def test_summary_matches_numpy_and_scipy():
     assert (one.n, one.mean, one.std, one.ci_low, one.ci_high) == (1, 0.5, None, None, None)
 
 
+def test_the_report_goes_next_to_its_inputs_not_into_the_current_folder(tmp_path, monkeypatch):
+    lr_runs(tmp_path / "a" / "sweep", {0.01: [0.80, 0.82], 0.05: [0.90, 0.92]})
+    lr_runs(tmp_path / "a" / "other", {0.1: [0.5, 0.6]})
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    main([str(tmp_path / "a" / "sweep")])
+    assert (tmp_path / "a" / "sweep" / "compare.md").is_file()
+    main([str(tmp_path / "a" / "sweep"), str(tmp_path / "a" / "other")])
+    assert (tmp_path / "a" / "compare" / "compare.md").is_file()
+    main([str(tmp_path / "a" / "sweep"), f"--out={tmp_path / 'mine'}"])
+    assert (tmp_path / "mine" / "compare.csv").is_file()
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
 def test_table_marks_best_by_mode_and_single_run_groups(tmp_path, monkeypatch, capsys):
     lr_runs(tmp_path / "sweep", {0.01: [0.80, 0.82, 0.81], 0.05: [0.90, 0.92], 0.1: [0.5]})
     monkeypatch.chdir(tmp_path)

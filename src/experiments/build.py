@@ -116,6 +116,7 @@ def trainer(cfg: DictConfig, callbacks: list, loggers: list, train_batches: int 
     from experiments.compat.lightning import signal_safe_workers
     from experiments.runs.checkpoint_io import AtomicCheckpointIO
 
+    _check_accelerator(cfg)
     built = instantiate(
         cfg.trainer,
         callbacks=callbacks,
@@ -126,6 +127,20 @@ def trainer(cfg: DictConfig, callbacks: list, loggers: list, train_batches: int 
     _skip_unused_hooks(built.callbacks)  # including those Lightning added itself
     signal_safe_workers(built)  # ddp_fork/ddp_spawn: a signal saves and stops, not hangs
     return built
+
+
+def _check_accelerator(cfg: DictConfig) -> None:
+    """Asking for a GPU on a machine without one is one line (Lightning's is a traceback)."""
+    import torch
+
+    from experiments.errors import UserError
+
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise UserError(
+            f"trainer.accelerator={accelerator}: no CUDA GPU is visible here "
+            f"(torch.cuda.is_available() is False); use trainer=cpu or trainer.accelerator=auto"
+        )
 
 
 def cluster_plugins() -> list:

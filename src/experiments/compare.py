@@ -46,8 +46,10 @@ the PNG.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from experiments.analysis.groups import compare
 from experiments.analysis.report import markdown, write_report
@@ -65,26 +67,39 @@ group: n, mean ± std and the 95% confidence interval (Student's t) of the metri
 test/acc, val/acc, test/macro_f1, test/balanced_acc, wall_time_s when every run has them.
 Only the config keys that differ between groups are shown; the best group (mode=max:
 highest mean) is marked. Writes compare.md, compare.csv and compare.png (val/acc by epoch
-from csv/metrics.csv: mean per group, min-max band) into out (default: the current folder).
+from csv/metrics.csv: mean per group, min-max band) into out (default: next to the inputs:
+the one folder given, else <their common folder>/compare).
 
   metric=<name>     a key of metrics.json to rank by (default test/acc)
   mode=max|min      whether higher or lower is better (default max)
-  out=<folder>      where to write compare.md, compare.csv, compare.png (default .)
+  out=<folder>      where to write compare.md, compare.csv, compare.png (also --out=<folder>;
+                    default: next to the inputs)
   ignore=<keys>     more config keys (comma-separated, dotted) to leave out of the grouping
 
 Runs whose metrics.json or config cannot be read, or that lack the metric, are skipped and
 listed. Exit status 2 when no run can be compared."""
 
 
+def default_out(paths: list[str]) -> Path:
+    """Next to the inputs: the one folder given, else ``<their common folder>/compare``."""
+    roots = [Path(re.split(r"[*?\[]", p, maxsplit=1)[0] or ".").resolve() for p in paths]
+    if len(roots) == 1 and roots[0].is_dir() and not any(c in paths[0] for c in "*?["):
+        return roots[0]
+    common = Path(os.path.commonpath([str(r) for r in roots])) if roots else Path.cwd()
+    return (common if common.is_dir() else common.parent) / "compare"
+
+
 def _main(argv: list[str]) -> None:
-    own = {"metric": "test/acc", "mode": "max", "out": ".", "ignore": ""}
+    argv = [("out=" + a.split("=", 1)[1]) if a.startswith("--out=") else a for a in argv]
+    own = {"metric": "test/acc", "mode": "max", "out": "", "ignore": ""}
     help_args = {"-h", "--help", "help"}
     options_args = [a for a in argv if a in help_args or ("=" in a and a.partition("=")[0] in own)]
     paths = [a for a in argv if a not in options_args]
     options, _ = parse_args(options_args, own, USAGE)
     ignore = [k for k in options["ignore"].split(",") if k.strip()]
     comparison = compare(paths, options["metric"], options["mode"], ignore)
-    wrote = write_report(comparison, options["out"] or ".")  # first: `| head` cannot stop it
+    out = options["out"] or default_out(paths)
+    wrote = write_report(comparison, out)  # first: `| head` cannot stop it
     print(markdown(comparison, runs_section=False), end="")
     for line in wrote:
         print(line)

@@ -222,9 +222,29 @@ def compose_or_fail(composer: Composer, overrides: list[str]) -> DictConfig:
     try:
         return composer.compose(overrides)
     except HydraException as err:
-        raise UserError(_hydra_message(err)) from None
+        message = _hydra_message(err)
+        unknown = re.search(r"Could not override '([^']+)'", str(err))
+        if unknown:
+            message += _did_you_mean(composer, overrides, unknown.group(1))
+        raise UserError(message) from None
     except Exception as err:  # omegaconf errors during composition
         raise UserError(one_line(err)) from None
+
+
+def _did_you_mean(composer: Composer, overrides: list[str], key: str) -> str:
+    """``; did you mean trainer.max_epochs?`` for an unknown ``trainer.max_epoch``: the
+    closest key of the same section, composed without the offending override."""
+    import difflib
+
+    parent, _, name = key.rpartition(".")
+    rest = [o for o in overrides if not o.lstrip("+~").startswith(f"{key}=")]
+    try:
+        node = OmegaConf.select(composer.compose(rest), parent) if parent else None
+    except Exception:  # another mistake: the first one is reported alone
+        return ""
+    keys = [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []
+    close = difflib.get_close_matches(name, keys, n=1)
+    return f"; did you mean {parent}.{close[0]}?" if close else ""
 
 
 def _first_value(override) -> str | None:
