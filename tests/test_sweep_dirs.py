@@ -90,3 +90,21 @@ def test_failed_jobs_are_retried_unless_told_not_to(tmp_path, data_dir):
     res = run_cli(*command, bad, "sweep.retry_failed=false", cwd=tmp_path)
     assert "failed in an earlier run of this sweep" in res.stdout + res.stderr
     assert "disk error" in _rows(sweep)["0"]["error"]  # the first failure's record stays
+
+
+def test_the_summary_ranks_jobs_by_their_best_epoch(tmp_path):
+    from experiments.tracking.sweep_summary import write_summary
+
+    # job 0 peaked at 0.90 and ended at 0.50; job 1 ended at its best, 0.80
+    for job, (last, best) in enumerate([(0.50, 0.90), (0.80, 0.80)]):
+        folder = tmp_path / str(job)
+        (folder / "checkpoints").mkdir(parents=True)
+        (folder / "job.json").write_text(json.dumps(
+            {"num": job, "overrides": [f"optimizer.lr={job}"], "status": "ok", "value": last}
+        ))  # fmt: skip
+        (folder / "metrics.json").write_text(json.dumps({"val/acc": last}))
+        (folder / "checkpoints" / "best.json").write_text(
+            json.dumps({"monitor": "val/acc", "value": best, "epoch": 3})
+        )
+    rows = write_summary(tmp_path, "val/acc", "max")
+    assert [(r["job"], r["val/acc"]) for r in rows] == [(0, 0.90), (1, 0.80)]

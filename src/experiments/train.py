@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from experiments.config import CONF_DIR
 from experiments.config.validate import validate
 from experiments.console import SWEEP_LINE, filter_upstream_warnings, metrics_table, what_runs
 from experiments.errors import UserError, exit_with, find_user_error
+from experiments.runs.layout import RunDir
 from experiments.utils import pause_gc, resume_gc
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,6 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
     from experiments.callbacks.fault_tolerance import RunInterrupted
     from experiments.compat.lightning import WORKER_INTERRUPTED
     from experiments.config.secrets import redacted_config
-    from experiments.runs.layout import RunDir
     from experiments.tracking import finish_loggers
 
     guard = next((c for c in callbacks if isinstance(c, FaultTolerance)), None)
@@ -200,26 +200,12 @@ def _scalars(values) -> dict[str, float]:
     return {k: float(v) for k, v in values.items() if not (hasattr(v, "numel") and v.numel() != 1)}
 
 
-def _redact_saved_config(cfg: DictConfig) -> None:
-    """Hydra wrote .hydra/config.yaml before we ran: strip secret values from it."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from experiments.config.secrets import redact
-
-    plain = OmegaConf.to_container(cfg, resolve=False)
-    clean = redact(plain)
-    if clean == plain or not HydraConfig.initialized():
-        return
-    saved = Path(HydraConfig.get().runtime.output_dir) / ".hydra" / "config.yaml"
-    if saved.is_file():
-        OmegaConf.save(OmegaConf.create(clean), saved)
-
-
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from experiments.config.secrets import redact_saved_config
     from experiments.runs.files import write_error
     from experiments.runs.sweep import earlier_sweep_job
     from experiments.utils import print_config_tree, process_rank, quiet_console
@@ -228,7 +214,7 @@ def main(cfg: DictConfig) -> float | None:
     try:
         validate(cfg)
         if process_rank() == 0:
-            _redact_saved_config(cfg)
+            redact_saved_config(cfg)
             if cfg.get("print_config"):  # else it is only in the run dir (.hydra/config.yaml)
                 print_config_tree(cfg, GROUP_ORDER + ("paths", "seed", "task_name"))
         else:  # a DDP rank Lightning re-launched: rank 0 speaks for all
@@ -262,7 +248,9 @@ def main(cfg: DictConfig) -> float | None:
         if multirun:
             raise user_error from None  # fail only this job; the sweep summary records it
         exit_with(user_error)  # a user mistake exits 2, found early or late
-    value = metrics.get(cfg.optimized_metric)
+    # to a sweeper: the best epoch's value (best.pt's weights) when best.pt was chosen by it
+    value = RunDir(cfg.paths.output_dir).best_value(str(cfg.optimized_metric))
+    value = value if value is not None else metrics.get(cfg.optimized_metric)
     if value is None:
         log.warning(
             "optimized_metric %s was not logged; have: %s",

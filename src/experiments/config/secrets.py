@@ -74,3 +74,19 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         a.split("=", 1)[0] + "=" + REDACTED if "=" in a and is_secret_key(a.split("=")[0]) else a
         for a in argv
     ]
+
+
+def redact_saved_config(cfg) -> None:
+    """Hydra wrote .hydra/config.yaml before we ran: strip secret values from it."""
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    clean = redact(plain)
+    if clean == plain or not HydraConfig.initialized():
+        return
+    saved = Path(HydraConfig.get().runtime.output_dir) / ".hydra" / "config.yaml"
+    if saved.is_file():
+        OmegaConf.save(OmegaConf.create(clean), saved)

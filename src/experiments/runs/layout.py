@@ -40,6 +40,24 @@ class RunDir:
         return self.checkpoints / "best.pt"
 
     @property
+    def best_json(self) -> Path:
+        return self.checkpoints / "best.json"
+
+    def best_value(self, metric: str) -> float | None:
+        """``metric`` at the best epoch (the one ``best.pt`` holds, ``best.json``'s value),
+        when that is the metric ``best.pt`` was chosen by; else None."""
+        import json
+
+        try:
+            best = json.loads(self.best_json.read_text())
+        except (OSError, ValueError):
+            return None
+        value = best.get("value") if isinstance(best, dict) else None
+        if best.get("monitor") != metric or not isinstance(value, int | float):
+            return None
+        return float(value)
+
+    @property
     def metrics(self) -> Path:
         return self.path / "metrics.json"
 

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from experiments.compat.hydra import job_outcome
 from experiments.runs.files import atomic_write, write_json
+from experiments.runs.layout import RunDir
 from experiments.runs.sweep import JOB_FILE, KEPT
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,9 @@ def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
         job = json.loads(job_file.read_text())
         metrics_file = job_file.parent / "metrics.json"
         metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
-        value = metrics.get(metric, job.get("value"))
+        # the best epoch's value (the weights best.pt keeps and test/* scores), not the last's
+        value = RunDir(job_file.parent).best_value(metric)
+        value = value if value is not None else metrics.get(metric, job.get("value"))
         status = job["status"]
         if status == "ok" and metrics.get("pruned_at_epoch") is not None:
             status = f"pruned@{metrics['pruned_at_epoch'] + 1}"  # at the end of epoch N
