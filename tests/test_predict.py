@@ -141,5 +141,12 @@ def test_main_writes_predictions(trained_run, few_images, tmp_path, monkeypatch,
     argv = [f"run_dir={trained_run}", f"input={few_images}", f"output={out}"]
     monkeypatch.setattr("sys.argv", ["predict", *argv, "data.batch_size=7", "device=cpu"])
     main()
-    assert f"wrote {out}" in capsys.readouterr().out
-    assert len(read_rows(out)) == len(list(few_images.iterdir()))
+    shown = capsys.readouterr().out.strip().splitlines()
+    rows = read_rows(out)
+    assert len(rows) == len(list(few_images.iterdir()))
+    # a small table of the first predictions, then how many and where
+    assert shown[0].split() == ["file", "predicted", "probability"]
+    first = rows[0]
+    assert shown[1].split()[:2] == [first["file"], first["predicted"]]
+    assert len(shown) == 2 + min(5, len(rows))
+    assert shown[-1].startswith(f"{len(rows)} predictions") and shown[-1].endswith(str(out))

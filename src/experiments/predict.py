@@ -245,7 +245,19 @@ def _main(argv: list[str]) -> None:
         device=options["device"],
         overrides=overrides,
     )
-    print(f"wrote {path}")
+    print(preview(path))
+
+
+def preview(path: Path, first: int = 5) -> str:
+    """The first ``first`` predictions of the CSV at ``path`` as a small table, and where
+    the rest are."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    width = max([len(r[0]) for r in rows[:first]] + [4])
+    lines = [f"{'file':<{width}}  {'predicted':<12} probability"]
+    lines += [f"{r[0]:<{width}}  {r[1]:<12} {float(r[2]):.3f}" for r in rows[:first]]
+    more = f" ({len(rows) - first} more)" if len(rows) > first else ""
+    return "\n".join([*lines, f"{len(rows)} predictions{more}: {path}"])
 
 
 def main() -> None:
