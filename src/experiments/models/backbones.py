@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line
 from experiments.models.weights_fit import first_conv, load_fitted
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,28 @@ def backbone(
     if source is not None:
         load_fitted(net, source, new_ok, label=f"model.net.pretrained={source}")
         net.pretrained_norm = _norm_for_channels(norm, channels)
+    _check_input_size(net, name, in_shape)
     return net
+
+
+def _check_input_size(net: nn.Module, name: str, in_shape) -> None:
+    """One forward of an empty image: a net that downsamples more than the input allows
+    (ConvNeXt on 8x8 digits) fails here in one line, not in the first training step."""
+    was_training = net.training
+    net.eval()
+    try:
+        with torch.no_grad():
+            net(torch.zeros(1, *in_shape))
+    except RuntimeError as err:
+        size = "x".join(str(int(d)) for d in in_shape[1:])
+        raise UserError(
+            f"model.net.name={name}: an input of {size} is too small for it ({one_line(err)[:90]}); "
+            f"resize the images (data.image_size=[64,64] for an image folder), set "
+            f"model.net.small_input=true (ResNet-style nets), or use a small-image net "
+            f"(model=cnn)"
+        ) from None
+    finally:
+        net.train(was_training)
 
 
 def _timm(name: str, num_classes: int, channels: int, pretrained, download: bool):
