@@ -82,7 +82,8 @@ def _check_input_size(net: nn.Module, name: str, in_shape) -> None:
     except RuntimeError as err:
         size = "x".join(str(int(d)) for d in in_shape[1:])
         raise UserError(
-            f"model.net.name={name}: an input of {size} is too small for it ({one_line(err)[:90]}); "
+            f"model.net.name={name}: an input of {size} is too small for it "
+            f"({one_line(err)[:90]}); "
             f"resize the images (data.image_size=[64,64] for an image folder), set "
             f"model.net.small_input=true (ResNet-style nets), or use a small-image net "
             f"(model=cnn)"
