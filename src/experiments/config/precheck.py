@@ -266,7 +266,7 @@ def _hydra_message(err: BaseException) -> str:
     missing = re.search(r"Could not find '([^']+)'", text)
     if missing:
         group, _, option = missing.group(1).rpartition("/")
-        options = re.findall(r"^\t(\S+)$", text, flags=re.M)
+        options = [o for o in re.findall(r"^\t(\S+)$", text, flags=re.M) if not o.startswith("_")]
         valid = f"; available: {', '.join(options)}" if options else ""
         return f"{group}={option} is not an option of '{group}'{valid}"
     unknown = re.search(r"Could not override '([^']+)'", text)

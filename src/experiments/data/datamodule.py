@@ -67,8 +67,9 @@ class ImageDataModule(L.LightningDataModule):
             each batch gets one of the two at random.
         sampler: ``shuffle`` (each training sample once per epoch) or ``balanced`` (as
             many draws per epoch, with replacement, each class equally likely).
-        folds, fold: k-fold cross-validation (``cv.folds=K`` sets them): validation is
-            fold ``fold`` of ``folds`` of the non-test samples; None: ``val_fraction``.
+        folds: k-fold cross-validation (``cv.folds=K`` sets it): the number of folds of
+            the non-test samples; None: validate on ``val_fraction``.
+        fold: which of the ``folds`` folds is validated on.
         tensor_store: ``auto``: a split whose samples can all be cached (see
             ``cache_transformed``) is stacked into one tensor and batches are cut from it
             by index, with shift/flip augmentation applied per batch; ``false``: never.

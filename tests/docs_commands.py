@@ -1,0 +1,120 @@
+"""Docs are code: every shell command in README.md and docs/*.md, found, then run in a
+sandbox by tests/test_docs_commands_*.py, unless the docs mark it as not run with a reason
+(``<!-- not run: why -->`` before its block, or ``(not run here: why)`` / ``# not run
+here: why`` at the end of its line)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import REPO, run_cli, write_image_folder
+
+BLOCK = re.compile(
+    r"(?:<!-- not run: (?P<why>[^>]+?) -->\s*\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.S
+)
+PROGRAMS = ("python", "make", "experiments-", "sbatch", "srun", "scripts/", "mlflow", "wandb",
+            "eval ", "source ", "bash ")  # fmt: skip
+INLINE = re.compile(r"\(?not run here: ([^)]+)\)?\s*$")
+
+
+@dataclass
+class Command:
+    doc: str
+    line: str  # as written (continuations joined)
+    not_run: str | None  # the reason, when marked
+    expected: list[str]  # console transcripts: the output lines the docs show after it
+
+
+def commands(doc: Path) -> list[Command]:
+    text = doc.read_text()
+    found = []
+    for block in BLOCK.finditer(text):
+        if block.group("lang") in ("python", "yaml", "text", "toml"):
+            continue
+        raw = block.group("body").replace("\\\n", " ")
+        lines = raw.splitlines()
+        for i, line in enumerate(lines):
+            stripped = line.strip()
+            transcript = stripped.startswith("$ ")
+            stripped = stripped.removeprefix("$ ")
+            if not stripped.startswith(PROGRAMS):
+                continue
+            command, _, comment = stripped.partition(" # ")
+            inline = INLINE.search(comment)
+            expected = []
+            if transcript:
+                for out in lines[i + 1 :]:
+                    if out.strip().startswith("$ "):
+                        break
+                    expected.append(out.strip())
+            found.append(Command(
+                doc.name, re.sub(r"\s+", " ", command).strip(),
+                block.group("why") or (inline.group(1) if inline else None), expected,
+            ))  # fmt: skip
+    return found
+
+
+def sandbox(root: Path, data_dir: Path) -> dict[str, str]:
+    """The folders and finished runs the docs' commands refer to; the placeholder map."""
+    write_image_folder(root / "my", n=24)
+    write_image_folder(root, n=24)  # labels.csv + images/ (docs/data.md)
+    write_image_folder(root / "imgs_src", n=8)
+    (root / "imgs").mkdir()
+    rows = ["filename"]
+    for p in sorted((root / "imgs_src" / "images").iterdir()):
+        p.rename(root / "imgs" / p.name)
+        rows.append(p.name)
+    (root / "batch.csv").write_text("\n".join(rows) + "\n")
+    (root / "new_images").mkdir()
+    for p in sorted((root / "my" / "images").iterdir())[:4]:
+        (root / "new_images" / p.name).write_bytes(p.read_bytes())
+    common = ["debug=limit", f"paths.data_dir={data_dir}", "logger=csv"]
+    res = run_cli("-m", "experiments.train", *common, f"hydra.run.dir={root / 'therun'}",
+                  cwd=root)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = run_cli("-m", "experiments.train", "-m", "optimizer.lr=0.05,0.1", *common,
+                  f"hydra.sweep.dir={root / 'thesweep'}", cwd=root)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    return {
+        "outputs/train/runs/<time>": str(root / "therun"),
+        "outputs/train/runs/<run>": str(root / "therun"),
+        "outputs/train/multiruns/<sweep>": str(root / "thesweep"),
+        "<run>": str(root / "therun"),
+    }
+
+
+def run(command: Command, root: Path, data_dir: Path, places: dict[str, str]):
+    """Run one documented command in ``root``; training commands get a short setting
+    (``debug=limit`` unless they choose a ``debug=``, at most 2 Optuna trials) and the
+    test session's data folder."""
+    line = command.line
+    for placeholder, path in places.items():
+        line = line.replace(placeholder, path)
+    args = shlex.split(line)
+    assert args[:2] == ["python", "-m"], f"{command.doc}: run only python -m commands: {line}"
+    if args[2] == "experiments.train" and not any(a in ("--help", "-h") for a in args):
+        if not any(a.startswith("debug=") for a in args):
+            args.append("debug=limit")
+        if "hparams_search=optuna" in args:
+            args = [a for a in args if not a.startswith("hydra.sweeper.n_trials=")]
+            args.append("hydra.sweeper.n_trials=2")
+        args.append(f"paths.data_dir={data_dir}")
+    env = {"WANDB_MODE": "offline", "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
+    return run_cli(*args[1:], cwd=root, env_extra=env), args
+
+
+def check(command: Command, root: Path, data_dir: Path, places: dict[str, str]) -> None:
+    res, args = run(command, root, data_dir, places)
+    out = res.stdout + res.stderr
+    if command.expected:  # a transcript: what the docs show is what it prints
+        for shown in command.expected:
+            if shown and not shown.startswith("..."):
+                assert shown in out, f"{command.doc}: `{command.line}` printed:\n{out[-2000:]}"
+        return
+    assert res.returncode == 0, f"{command.doc}: `{shlex.join(args)}` failed:\n{out[-3000:]}"
+
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
