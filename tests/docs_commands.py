@@ -88,8 +88,8 @@ def sandbox(root: Path, data_dir: Path) -> dict[str, str]:
 
 def run(command: Command, root: Path, data_dir: Path, places: dict[str, str]):
     """Run one documented command in ``root``; training commands get a short setting
-    (``debug=limit`` unless they choose a ``debug=``, at most 2 Optuna trials) and the
-    test session's data folder."""
+    (``debug=fast``, one batch per split, unless they choose a ``debug=``; at most 2 Optuna
+    trials) and the test session's data folder."""
     line = command.line
     for placeholder, path in places.items():
         line = line.replace(placeholder, path)
@@ -97,7 +97,7 @@ def run(command: Command, root: Path, data_dir: Path, places: dict[str, str]):
     assert args[:2] == ["python", "-m"], f"{command.doc}: run only python -m commands: {line}"
     if args[2] == "experiments.train" and not any(a in ("--help", "-h") for a in args):
         if not any(a.startswith("debug=") for a in args):
-            args.append("debug=limit")
+            args.append("debug=fast")
         if "hparams_search=optuna" in args:
             args = [a for a in args if not a.startswith("hydra.sweeper.n_trials=")]
             args.append("hydra.sweeper.n_trials=2")

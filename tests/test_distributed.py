@@ -174,7 +174,7 @@ def test_sigterm_to_the_fork_workers_saves_exits_143_and_resumes_bit_exact(tmp_p
     res = run_cli("-m", "experiments.train", *common, *stop, "hydra.run.dir=A", cwd=tmp_path)
     assert res.returncode == 143, res.stderr[-3000:]
     out = res.stdout + res.stderr
-    assert "stopped by SIGTERM at epoch 1, step 15" in out
+    assert "stopped by SIGTERM in epoch 2, at step 15" in out
     assert "resume with: python -m experiments.train resume=" in out
     assert not (tmp_path / "A" / "metrics.json").exists()
     res = run_cli("-m", "experiments.train", "resume=A", "callbacks.signal_at.step=-1",

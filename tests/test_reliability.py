@@ -97,7 +97,7 @@ def test_sigterm_mid_epoch_saves_exits_143_and_resumes_exactly(tmp_path, data_di
     assert not (tmp_path / "B" / "metrics.json").exists()
     res = _cli(tmp_path, "resume=B")
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "resuming mid-epoch: epoch 1 from batch 13" in res.stdout + res.stderr
+    assert "resuming mid-epoch: epoch 2 after its first 13 batches" in res.stdout + res.stderr
     _assert_same_training_state(
         tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
     )
@@ -244,7 +244,7 @@ def test_non_finite_loss_on_an_epochs_last_step_is_caught_before_its_checkpoints
         "trainer.num_sanity_val_steps=0",
     )
     message = _user_error(lambda: train(cfg))
-    assert "training loss is nan at step 12 (epoch 1, batch 5)" in message
+    assert "training loss is nan at step 12 (epoch 2, batch 6)" in message
     ckpt = tmp_path / "run" / "checkpoints"
     full = _load(ckpt / "last.ckpt")
     assert (full["epoch"], full["global_step"]) == (0, 6)  # epoch 1's, not epoch 2's

@@ -157,5 +157,5 @@ def test_non_finite_value_never_replaces_best(tmp_path):
     )
     trainer.fit(NanAtEpoch1(), data, data)
     side = json.loads((tmp_path / "best.json").read_text())
-    assert (side["epoch"], side["value"]) == (0, 0.5)
-    assert json.loads((tmp_path / "last.json").read_text())["epoch"] == 2
+    assert (side["epoch"], side["value"]) == (1, 0.5)  # 1-based, as the console counts
+    assert json.loads((tmp_path / "last.json").read_text())["epoch"] == 3

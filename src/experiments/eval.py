@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from experiments.errors import UserError, run_main
+from experiments.runs.layout import sidecar_epoch
 from experiments.runs.saved import (
     checkpoint_path,
     load_run_config,
@@ -94,7 +95,7 @@ def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] =
     summary = {
         **metrics,
         "ckpt": str(ckpt_path.resolve()),
-        "ckpt_epoch": sidecar.get("epoch"),
+        "ckpt_epoch": sidecar_epoch(sidecar) if "epoch" in sidecar else None,
         "run_dir": str(run_dir.resolve()),
         "overrides": list(overrides),
         "wall_time_s": round(time.perf_counter() - start, 3),

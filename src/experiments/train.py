@@ -22,7 +22,7 @@ from experiments.config import CONF_DIR
 from experiments.config.validate import validate
 from experiments.console import SWEEP_LINE, filter_upstream_warnings, metrics_table, what_runs
 from experiments.errors import UserError, exit_with, find_user_error
-from experiments.runs.layout import RunDir
+from experiments.runs.layout import RunDir, sidecar_epoch
 from experiments.utils import pause_gc, resume_gc
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,8 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
         except SIGTERMException:  # Lightning's signal path; the guard saved a checkpoint
             signum = guard.signum if guard is not None and guard.signum else 15
             last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
-            raise RunInterrupted(signum, last, trainer.current_epoch, trainer.global_step) from None
+            epoch = trainer.current_epoch + 1  # 1-based, as the console counts
+            raise RunInterrupted(signum, last, epoch, trainer.global_step) from None
         except Exception as err:
             if WORKER_INTERRUPTED not in str(err):
                 raise
@@ -144,7 +145,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
 
             last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
             saved = load_full_checkpoint(last)  # the workers' trainers, not this one, moved on
-            raise RunInterrupted(15, last, saved["epoch"], saved["global_step"]) from None
+            raise RunInterrupted(15, last, saved["epoch"] + 1, saved["global_step"]) from None
     except BaseException:
         finish_loggers(loggers, failed=True)  # one W&B run per job, closed even on failure
         raise
@@ -163,7 +164,10 @@ def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, fl
         # the sidecar, not the callback: under ddp_fork the callback lived in a child
         best = json.loads(checkpoints.best_path.with_suffix(".json").read_text())
         log.info(
-            "testing best.pt (epoch %d, %s=%.4f)", best["epoch"] + 1, best["monitor"], best["value"]
+            "testing best.pt (epoch %d, %s=%.4f)",
+            sidecar_epoch(best),
+            best["monitor"],
+            best["value"],
         )
         load_state_dict_file(model.eval_net, checkpoints.best_path, map_location=model.device)
     tester = build.single_device_tester(cfg, trainer, loggers)
@@ -182,7 +186,7 @@ def _progress(trainer, callbacks) -> dict[str, int]:
     sidecar = checkpoints.last_path.with_suffix(".json") if checkpoints else None
     if trainer.global_step == 0 and sidecar is not None and sidecar.is_file():
         last = json.loads(sidecar.read_text())
-        return {"epochs": last["epoch"] + 1, "global_step": last["global_step"]}
+        return {"epochs": sidecar_epoch(last), "global_step": last["global_step"]}
     return {"epochs": trainer.current_epoch, "global_step": trainer.global_step}
 
 

@@ -27,7 +27,7 @@ class RunInterrupted(Exception):
     def __init__(self, signum: int, checkpoint: Path | None, epoch: int, step: int) -> None:
         name = signal.Signals(signum).name
         super().__init__(
-            f"stopped by {name} at epoch {epoch}, step {step}; checkpoint: {checkpoint}"
+            f"stopped by {name} in epoch {epoch}, at step {step}; checkpoint: {checkpoint}"
         )
         self.signum = signum
         self.checkpoint = checkpoint
@@ -132,7 +132,7 @@ class FaultTolerance(L.Callback):
         if pending is not None:
             raise UserError(
                 f"training loss is {pending.value()} at step {pending.step} (epoch "
-                f"{pending.epoch}, batch {pending.batch_idx}): lower optimizer.lr, set "
+                f"{pending.epoch + 1}, batch {pending.batch_idx + 1}): lower optimizer.lr, set "
                 f"trainer.gradient_clip_val, or check the data; checkpoints are kept "
                 f"from before this step"
             )

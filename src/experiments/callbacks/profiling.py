@@ -203,7 +203,7 @@ class Profiling(L.Callback):
             )
         (self.dirpath / "ops.txt").write_text(table)
         self.summary = {
-            "epoch": trainer.current_epoch,
+            "epoch": trainer.current_epoch + 1,  # 1-based, as the console counts
             "steps": self._steps,
             "samples": self._samples,
             "epoch_time_s": round(elapsed, 4),

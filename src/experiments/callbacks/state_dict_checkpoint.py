@@ -87,7 +87,9 @@ class StateDictCheckpoint(L.Callback):
             path.with_suffix(".json"),
             {
                 "file": path.name,
-                "epoch": trainer.current_epoch,
+                # 1-based, as the console counts epochs ("epoch 3/20")
+                "epoch": trainer.current_epoch + 1,
+                "epoch_base": 1,
                 "global_step": trainer.global_step,
                 "monitor": self.monitor,
                 "value": value,

@@ -34,11 +34,11 @@ class _Resumable:
             log.warning(
                 "resuming mid-epoch under DDP: epoch %d is re-shuffled from its start "
                 "(%d batches were already done)",
-                epoch,
+                epoch + 1,
                 batches,
             )
             return
-        log.info("resuming mid-epoch: epoch %d from batch %d", epoch, batches)
+        log.info("resuming mid-epoch: epoch %d after its first %d batches", epoch + 1, batches)
 
     def _skip_batches(self, epoch: int, batches: int) -> bool:
         raise NotImplementedError

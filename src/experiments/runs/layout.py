@@ -8,6 +8,13 @@ from pathlib import Path
 PREVIOUS_SUFFIX = ".prev"  # the full checkpoint before the newest one (see checkpoint_io)
 
 
+def sidecar_epoch(sidecar: dict) -> int:
+    """The 1-based epoch a ``best.json``/``last.json`` records (run dirs written before
+    sidecars counted from 1 hold a 0-based one)."""
+    epoch = int(sidecar.get("epoch", 0))
+    return epoch if sidecar.get("epoch_base") == 1 else epoch + 1
+
+
 @dataclass(frozen=True)
 class RunDir:
     """A run folder as ``python -m experiments.train`` makes it::

@@ -156,10 +156,10 @@ def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
             f"trainer.max_epochs to train on, or start a new run"
         )
     log.info(
-        "resuming %s from %s (epoch %d, step %d)",
+        "resuming %s from %s (in epoch %d, at step %d)",
         run_dir,
         path.name,
-        checkpoint.get("epoch", 0),
+        int(checkpoint.get("epoch", 0)) + 1,
         checkpoint.get("global_step", 0),
     )
     if run.finished:
