@@ -25,12 +25,13 @@ install: $(STAMP)
 
 # redone whenever pyproject.toml changes
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
-	touch $(STAMP)
+	@echo "installing into $(VENV) (first time: about 2 minutes)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -qq --disable-pip-version-check -e ".[dev]"
+	@touch $(STAMP)
 
 train: install
-	$(PY) -m experiments.train $(ARGS)
+	@$(PY) -m experiments.train $(ARGS)
 
 # two workers: most tests wait on subprocess start-up and Python-bound loops, not both cores;
 # one file per worker at a time, so the SLURM tests (one cluster, one set of ports) share one

@@ -118,3 +118,33 @@ def check(command: Command, root: Path, data_dir: Path, places: dict[str, str]) 
 
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+FIRST = ("README.md", "index.md", "getting-started.md")
+
+
+def tests_for(first: bool):
+    """The two tests of one half of the docs (README + getting started, or the guides),
+    split so that pytest-xdist runs the halves side by side."""
+    import pytest
+
+    mine = [d for d in DOCS if (d.name in FIRST) is first]
+    found = [c for doc in mine for c in commands(doc)]
+    runnable = [c for c in found if c.not_run is None]
+
+    def test_every_command_runs_or_says_why_not():
+        assert mine and len(found) >= 15
+        assert all(c.not_run.strip() for c in found if c.not_run is not None)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("command", runnable, ids=[f"{c.doc}:{c.line[:60]}" for c in runnable])
+    def test_documented_command(command, doc_sandbox, data_dir):
+        root, places = doc_sandbox
+        check(command, root, data_dir, places)
+
+    return test_every_command_runs_or_says_why_not, test_documented_command
+
+
+def _doc_sandbox(tmp_path_factory, data_dir):
+    root = tmp_path_factory.mktemp("docs")
+    return root, sandbox(root, data_dir)
