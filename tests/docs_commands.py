@@ -123,7 +123,7 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FIRST = ("README.md", "index.md", "getting-started.md")
 
 
-def tests_for(first: bool):
+def make_doc_tests(first: bool):
     """The two tests of one half of the docs (README + getting started, or the guides),
     split so that pytest-xdist runs the halves side by side."""
     import pytest

@@ -4,7 +4,7 @@ marked as not run with the reason."""
 
 import pytest
 
-from tests.docs_commands import _doc_sandbox, tests_for
+from tests.docs_commands import _doc_sandbox, make_doc_tests
 
 doc_sandbox = pytest.fixture(scope="module")(_doc_sandbox)
-test_every_command_runs_or_says_why_not, test_documented_command = tests_for(first=True)
+test_every_command_runs_or_says_why_not, test_documented_command = make_doc_tests(first=True)

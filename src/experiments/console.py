@@ -77,6 +77,17 @@ KINETO_NOISE = ("gpuGetDeviceCount failed", "SyncActivityProfilerHandler.cpp")
 
 
 @contextlib.contextmanager
+def quiet_profiler():
+    """Around torch.profiler's calls: its native noise (``KINETO_NOISE``) and one warning
+    that does not apply here: torch warns that a scheduled profile keeps only its last
+    cycle's events unless ``acc_events=True``; ours has one cycle (``repeat=1``), and
+    ``acc_events=True`` segfaulted at the end of fit on this machine."""
+    with warnings.catch_warnings(), native_stderr_without(*KINETO_NOISE):
+        warnings.filterwarnings("ignore", message=r".*Profiler clears events", category=UserWarning)
+        yield
+
+
+@contextlib.contextmanager
 def native_stderr_without(*noise: str):
     """Run a block whose native code writes to file descriptor 2; afterwards pass on every
     line it wrote except those containing one of ``noise``."""

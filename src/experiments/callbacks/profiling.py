@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from experiments.console import KINETO_NOISE, native_stderr_without
+from experiments.console import quiet_profiler
 from experiments.runs.files import write_json
 
 log = logging.getLogger(__name__)
@@ -135,18 +135,19 @@ class Profiling(L.Callback):
         activities = [ProfilerActivity.CPU]
         if pl_module.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
-        self._prof = profile(
-            activities=activities,
-            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
-            record_shapes=self.record_shapes,
-            profile_memory=self.profile_memory,
-            on_trace_ready=self._export_trace,
-        )
+        with quiet_profiler():
+            self._prof = profile(
+                activities=activities,
+                schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                on_trace_ready=self._export_trace,
+            )
         self._reset_timers()
         self._clock = _FetchClock(trainer.profiler, self.now)
         trainer.profiler = self._clock
         self._sync(pl_module)
-        with native_stderr_without(*KINETO_NOISE):
+        with quiet_profiler():
             self._prof.start()
         self._epoch_start = self._last_end = self.now()
 
@@ -170,7 +171,7 @@ class Profiling(L.Callback):
         self._steps += 1
         first = batch[0] if isinstance(batch, list | tuple) else batch
         self._samples += len(first) if hasattr(first, "__len__") else 0
-        with native_stderr_without(*KINETO_NOISE):
+        with quiet_profiler():
             self._prof.step()  # the trace is written when the active window ends
         self._last_end = self.now()  # the profiler's own step cost is not data wait
 
@@ -178,7 +179,7 @@ class Profiling(L.Callback):
         if self._prof is None:
             return
         prof, self._prof = self._prof, None
-        with native_stderr_without(*KINETO_NOISE):
+        with quiet_profiler():
             prof.stop()
         trainer.profiler = self._clock.inner
         elapsed = self.now() - self._epoch_start

@@ -236,7 +236,7 @@ def loader(dm, split: str) -> DataLoader | StoreLoader:
     overfitting = trainer is not None and bool(getattr(trainer, "overfit_batches", 0))
     if overfitting and split == "train":
         dm._augment_batch = None
-    if split in dm._stores and not overfitting:
+    if split in dm._stores and not overfitting:  # Lightning checks every split then
         if trainer is not None:
             device = trainer.strategy.root_device
             dm._stores[split] = store.resident(dm._stores[split], device, dm.device_resident, split)
