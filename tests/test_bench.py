@@ -113,3 +113,11 @@ def test_plain_cnn_help_answers_without_training(tmp_path):
     res = run_cli("-m", "benchmarks.plain_cnn", "--help", cwd=REPO)
     assert res.returncode == 0 and res.stdout.startswith("usage: python -m benchmarks.plain_cnn")
     assert "Traceback" not in res.stderr
+
+
+def test_make_data_writes_the_png_folder_the_docs_use():
+    import re
+
+    rule = re.search(r"^data: .*\n\t(.+)$", (REPO / "Makefile").read_text(), flags=re.M)
+    assert rule and "--image-csv fashion_mnist" in rule.group(1)
+    assert "data/fashion_mnist_png" in (REPO / "docs" / "models.md").read_text()
