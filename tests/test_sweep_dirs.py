@@ -108,3 +108,20 @@ def test_the_summary_ranks_jobs_by_their_best_epoch(tmp_path):
         )
     rows = write_summary(tmp_path, "val/acc", "max")
     assert [(r["job"], r["val/acc"]) for r in rows] == [(0, 0.90), (1, 0.80)]
+
+
+def test_hostile_job_files_are_read_as_data_not_trusted(tmp_path):
+    from experiments.runs.layout import RunDir
+    from experiments.runs.sweep import plan_job
+
+    job = tmp_path / "0"
+    (job / "checkpoints").mkdir(parents=True)
+    (job / "checkpoints" / "best.json").write_text("[1, 2]")  # not an object
+    assert RunDir(job).best_value("val/acc") is None
+    (job / "checkpoints" / "best.json").write_text('{"monitor": "val/acc", "value": true}')
+    assert RunDir(job).best_value("val/acc") is None
+    (job / "metrics.json").write_text("{torn")  # unreadable: the job did not finish
+    (job / "job.json").write_text("[]")
+    assert plan_job(job, retry_failed=True) == ("run", None)
+    (job / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    assert plan_job(job, retry_failed=True) == ("resume", job)

@@ -10,15 +10,21 @@ class UserError(Exception):
     """
 
 
-def find_user_error(err: BaseException | None) -> UserError | None:
-    """The UserError behind ``err``, if any (Hydra's instantiate wraps what __init__ raises)."""
+def find_in_chain(err: BaseException | None, wanted) -> BaseException | None:
+    """The first exception in ``err``'s chain (itself, then its causes and contexts) for
+    which ``wanted(exception)`` is true, or None."""
     seen = set()
     while err is not None and id(err) not in seen:
-        if isinstance(err, UserError):
+        if wanted(err):
             return err
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
+
+
+def find_user_error(err: BaseException | None) -> UserError | None:
+    """The UserError behind ``err``, if any (Hydra's instantiate wraps what __init__ raises)."""
+    return find_in_chain(err, lambda e: isinstance(e, UserError))
 
 
 def one_line(err: BaseException, last: bool = False) -> str:
@@ -64,4 +70,4 @@ def run_main(body, argv) -> None:
         user_error = find_user_error(err)
         if user_error is None:
             raise
-        exit_with(user_error, code=2)
+        exit_with(user_error)

@@ -105,13 +105,9 @@ WRITE_ERRNOS = frozenset(
 
 def find_write_error(err: BaseException | None) -> OSError | None:
     """The OSError of a failed write (full disk, read-only, permissions) behind ``err``."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
+    from experiments.errors import find_in_chain
+
+    return find_in_chain(err, lambda e: isinstance(e, OSError) and e.errno in WRITE_ERRNOS)
 
 
 def write_error(err: BaseException, run_dir) -> UserError | None:

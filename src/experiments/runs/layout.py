@@ -59,8 +59,10 @@ class RunDir:
             best = json.loads(self.best_json.read_text())
         except (OSError, ValueError):
             return None
-        value = best.get("value") if isinstance(best, dict) else None
-        if best.get("monitor") != metric or not isinstance(value, int | float):
+        if not isinstance(best, dict) or best.get("monitor") != metric:
+            return None
+        value = best.get("value")
+        if not isinstance(value, int | float) or isinstance(value, bool):
             return None
         return float(value)
 

@@ -112,9 +112,11 @@ def _read(path: Path) -> Manifest:
 def previous_job(job_dir: Path) -> dict[str, Any] | None:
     """What an earlier run of this sweep left in ``job_dir``: its ``job.json`` (status,
     error), or None when it never ended there."""
-    path = Path(job_dir) / JOB_FILE
-    if not path.is_file():
-        return None
+    found = _read_json(Path(job_dir) / JOB_FILE)
+    return found if isinstance(found, dict) else None
+
+
+def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -127,8 +129,9 @@ def plan_job(job_dir: Path, retry_failed: bool) -> tuple[str, Any]:
     checkpoint, ``("run", None)`` otherwise."""
     run = RunDir(job_dir)
     before = previous_job(job_dir)
-    if run.finished and (before is None or before.get("status") == "ok"):
-        return "keep", json.loads(run.metrics.read_text())
+    metrics = _read_json(run.metrics)  # None when missing or unreadable: not finished
+    if isinstance(metrics, dict) and (before is None or before.get("status") == "ok"):
+        return "keep", metrics
     if before is not None and before.get("status") == "failed" and not retry_failed:
         return "failed", before
     if run.has_checkpoint():

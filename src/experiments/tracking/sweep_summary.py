@@ -53,25 +53,35 @@ class SweepSummary(Callback):
             write_summary(Path(hydra_cfg.sweep.dir), *_metric(config))
             return
         failed, outcome = job_outcome(job_return)
-        error = _one_line(outcome) if failed else None
-        value = None if failed else outcome
-        write_json(
-            job_dir / JOB_FILE,
-            {
-                "num": hydra_cfg.job.num,
-                "trial": _trial_number(hydra_cfg),
-                "overrides": list(job_return.overrides or []),
-                "status": "failed" if failed else "ok",
-                "error": error,
-                "value": value if isinstance(value, int | float) else None,
-                "wall_time_s": round(time.time() - self._start, 2) if self._start else None,
-            },
+        _write_job(
+            hydra_cfg,
+            job_return.overrides or [],
+            status="failed" if failed else "ok",
+            error=_one_line(outcome) if failed else None,
+            value=None if failed else outcome,
+            wall_time_s=round(time.time() - self._start, 2) if self._start else None,
         )
         write_summary(Path(hydra_cfg.sweep.dir), *_metric(config))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        show_summary(Path(config.hydra.sweep.dir), write_summary(Path(config.hydra.sweep.dir),
-                                                                  *_metric(config)))  # fmt: skip
+        sweep_dir = Path(config.hydra.sweep.dir)
+        show_summary(sweep_dir, write_summary(sweep_dir, *_metric(config)))
+
+
+def _write_job(hydra_cfg, overrides, status: str, error, value, wall_time_s) -> None:
+    """The job's ``job.json``: what the summary is rebuilt from."""
+    write_json(
+        Path(hydra_cfg.runtime.output_dir) / JOB_FILE,
+        {
+            "num": hydra_cfg.job.num,
+            "trial": _trial_number(hydra_cfg),
+            "overrides": list(overrides),
+            "status": status,
+            "error": error,
+            "value": value if isinstance(value, int | float) else None,
+            "wall_time_s": wall_time_s,
+        },
+    )
 
 
 def _metric(config) -> tuple[str, str]:
@@ -92,19 +102,7 @@ def record_interrupted(config: DictConfig, reason: str) -> None:
     """The running job of a sweep was stopped by a signal (its checkpoint saved): record it
     as interrupted and write the summary of every job so far, since the sweep ends here."""
     hydra_cfg = HydraConfig.get()
-    job_dir = Path(hydra_cfg.runtime.output_dir)
-    write_json(
-        job_dir / JOB_FILE,
-        {
-            "num": hydra_cfg.job.num,
-            "trial": _trial_number(hydra_cfg),
-            "overrides": list(hydra_cfg.overrides.task),
-            "status": "interrupted",
-            "error": reason[:300],
-            "value": None,
-            "wall_time_s": None,
-        },
-    )
+    _write_job(hydra_cfg, hydra_cfg.overrides.task, "interrupted", reason[:300], None, None)
     sweep_dir = Path(hydra_cfg.sweep.dir)
     show_summary(sweep_dir, write_summary(sweep_dir, *_metric(config)))
 
