@@ -17,8 +17,9 @@ SRC = REPO / "src" / "experiments"
 # what runs before Hydra, or for eval/predict before anything is built
 TORCH_FREE = (
     "experiments.config.precheck",
-    "experiments.config.validate",
-    "experiments.config.targets",
+    "experiments.config.schema",
+    "experiments.config.signatures",
+    "experiments.config.options",
     "experiments.config.secrets",
     "experiments.config.allowlist",
     "experiments.runs.layout",

@@ -124,7 +124,7 @@ def test_bad_switch_values_fail_in_one_line(tmp_path, data_dir):
     )  # fmt: skip
     assert res.returncode == 2
     assert res.stderr.strip() == (
-        "error: data.device_resident='sometimes' is not valid; use auto, true or false"
+        "error: data.device_resident='sometimes' is not valid: expected auto, true or false"
     )
 
 

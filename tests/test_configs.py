@@ -12,8 +12,7 @@ from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import Logger
 from omegaconf import OmegaConf
 
-from experiments.config import CONF_DIR
-from experiments.config.validate import validate
+from experiments.config import CONF_DIR, schema
 from experiments.data import ImageDataModule
 from experiments.models import ClassificationModule
 
@@ -62,7 +61,7 @@ def test_option_composes_and_instantiates(make_cfg, group, option, tmp_path):
     if group == "data" and option == "image_csv":
         extra = [f"data.csv_file={tmp_path}/x.csv", f"data.image_dir={tmp_path}"]
     cfg = make_cfg(f"{group}={option}", *extra)
-    validate(cfg)
+    schema.check(cfg)
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
 
     net = instantiate(cfg.model.net, in_shape=(3, 32, 32), num_classes=7)

@@ -277,6 +277,9 @@ def test_datamodule_caches_only_deterministic_splits(tmp_path, setting, train_ca
     assert torch.equal(batches[0], batches[-1])  # second pass (cached or not) is identical
 
 
-def test_bad_cache_setting_names_the_key(tmp_path):
-    with pytest.raises(UserError, match="data.cache_transformed='yes' is not valid"):
-        ImageDataModule("digits", cache_transformed="yes")
+def test_bad_cache_setting_names_the_key(make_cfg):
+    from experiments.config import schema
+
+    expected = "data.cache_transformed='yes' is not valid: expected auto, true or false"
+    with pytest.raises(UserError, match=expected):
+        schema.check(make_cfg("data.cache_transformed=yes"))

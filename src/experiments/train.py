@@ -18,8 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from experiments.config import CONF_DIR
-from experiments.config.validate import validate
+from experiments.config import CONF_DIR, schema
 from experiments.console import SWEEP_LINE, filter_upstream_warnings, metrics_table, what_runs
 from experiments.errors import UserError, exit_with, find_user_error
 from experiments.runs.layout import RunDir, sidecar_epoch
@@ -49,15 +48,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     from experiments import build
     from experiments.callbacks.trial_reporter import trial_reporter
-    from experiments.config.targets import check_signatures
     from experiments.runs.lock import RunLock
     from experiments.runs.provenance import write_environment
     from experiments.runs.resume import checkpoint_to_resume
     from experiments.utils import process_rank, route_lightning_logs
 
     route_lightning_logs()
-    validate(cfg)
-    check_signatures(build.plain(cfg))  # every constructor takes its keys, before building
+    schema.check(cfg)  # every key fits its constructor's signature, before anything is built
     start = time.perf_counter()
     run_dir = Path(cfg.paths.output_dir)
     # the process that trains holds the run dir; ranks Lightning re-launched share it
@@ -216,7 +213,6 @@ def main(cfg: DictConfig) -> float | None:
 
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        validate(cfg)
         if process_rank() == 0:
             redact_saved_config(cfg)
             if cfg.get("print_config"):  # else it is only in the run dir (.hydra/config.yaml)

@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from experiments.config import CONF_DIR
-from experiments.config.targets import walk_targets
+from experiments.config.schema import walk_targets
 from experiments.errors import UserError
 
 # a run's config is a file anyone could have edited: only these may be built from it
@@ -61,7 +61,7 @@ def conf_targets(conf_dir: Path = CONF_DIR) -> set[str]:
     return targets
 
 
-def check_targets(plain: Any, where: str, prefix: str = "") -> None:
+def check_allowed(plain: Any, where: str, prefix: str = "") -> None:
     """Refuse a config whose ``_target_``s reach outside the allowlist, before building any.
 
     A target is allowed when it equals one in the repo's ``conf/`` tree, or starts with

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from experiments.compat.hydra import Composer, is_multirun, task_view
+from experiments.config import schema
 from experiments.config.secrets import is_secret_key
 from experiments.config.slurm import check_slurm_launcher, check_task_layout
-from experiments.config.targets import check_targets
-from experiments.config.validate import validate
 from experiments.errors import UserError, one_line
 from experiments.runs.files import check_writable
 from experiments.runs.resume import resume_overrides, resume_target
@@ -129,9 +128,8 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         overrides = [a for a in argv if a not in flags]
         full = compose_or_fail(composer, overrides)
         cfg = task_view(full)
-    validate(cfg)
+    schema.check(cfg)
     _check_data_dir(cfg)
-    check_targets(OmegaConf.to_container(cfg, resolve=False))
     check_task_layout()
     hydra_keys = ("hydra/launcher=", "hydra.launcher.", "hparams_search=", "hydra.sweeper.")
     if multirun and any(o.startswith(hydra_keys) for o in probe):

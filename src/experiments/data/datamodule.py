@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Annotated, Literal
 
 import lightning as L
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from experiments.config.hints import Ge, Lt
 from experiments.data import sources, store
-from experiments.data.checks import check_options
 from experiments.data.loaders import loader
+from experiments.data.sources import DatasetName
 from experiments.data.splits import split_indices
 from experiments.data.stats import normalize, resolve_stats
 from experiments.data.transforms import batch_mixer, compose, is_deterministic
@@ -79,7 +81,7 @@ class ImageDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        dataset: str | Callable = "digits",
+        dataset: DatasetName | Callable = "digits",
         root: str = "data",
         download: bool = False,
         csv_file: str | None = None,
@@ -90,46 +92,32 @@ class ImageDataModule(L.LightningDataModule):
         train_transform: Callable | None = None,
         eval_transform: Callable | None = None,
         target_transform: Callable | None = None,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.1,
-        batch_size: int = 64,
-        num_workers: int = 0,
+        val_fraction: Annotated[float, Ge(0), Lt(1)] = 0.1,
+        test_fraction: Annotated[float, Ge(0), Lt(1)] = 0.1,
+        batch_size: Annotated[int, Ge(1)] = 64,
+        num_workers: Annotated[int, Ge(0)] = 0,
         pin_memory: bool = False,
         persistent_workers: bool = False,
         split_seed: int = 0,
         cache: bool = False,
-        cache_transformed: bool | str = "auto",
-        cache_max_mb: float = 1024.0,
-        split: str = "random",
+        cache_transformed: Literal["auto"] | bool = "auto",
+        cache_max_mb: Annotated[float, Ge(0)] = 1024.0,
+        split: Literal["stratified", "random"] = "random",
         augment: Callable | None = None,
         mean: Sequence[float] | str | None = None,
         std: Sequence[float] | str | None = None,
         stats_file: str | None = None,
-        mixup_alpha: float = 0.0,
-        cutmix_alpha: float = 0.0,
-        sampler: str = "shuffle",
+        mixup_alpha: Annotated[float, Ge(0)] = 0.0,
+        cutmix_alpha: Annotated[float, Ge(0)] = 0.0,
+        sampler: Literal["shuffle", "balanced"] = "shuffle",
         folds: int | None = None,
         fold: int = 0,
-        tensor_store: bool | str = "auto",
-        device_resident: bool | str = "auto",
+        tensor_store: Literal["auto"] | bool = "auto",
+        device_resident: Literal["auto"] | bool = "auto",
     ) -> None:
         super().__init__()
-        check_options(
-            dataset=dataset,
-            csv_file=csv_file,
-            image_dir=image_dir,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            cache_transformed=cache_transformed,
-            cache_max_mb=cache_max_mb,
-            split=split,
-            mixup_alpha=mixup_alpha,
-            cutmix_alpha=cutmix_alpha,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            sampler=sampler,
-            switches={"tensor_store": tensor_store, "device_resident": device_resident},
-        )
+        if dataset == "image_csv" and not (csv_file and image_dir):
+            raise UserError("data=image_csv needs data.csv_file=<csv> and data.image_dir=<folder>")
         self.dataset = dataset
         self.root = root
         self.download = download

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from torch.utils.data import Dataset
 from torchvision import datasets as tvd
@@ -60,6 +61,8 @@ class SafeCIFAR10(tvd.CIFAR10):
 
 # MNIST-style sets read raw idx arrays; CIFAR-10's pickles are read as data (SafeCIFAR10)
 TORCHVISION = {"mnist": tvd.MNIST, "fashion_mnist": tvd.FashionMNIST, "cifar10": SafeCIFAR10}
+# data.dataset's choices: the bundled digits, a CSV-indexed folder, and TORCHVISION's sets
+DatasetName = Literal["digits", "image_csv", "mnist", "fashion_mnist", "cifar10"]
 
 
 def torchvision_sets(

@@ -11,8 +11,6 @@ from torch import nn
 
 from experiments.errors import UserError
 
-LOSSES = ("cross_entropy", "focal")
-
 
 class FocalLoss(nn.Module):
     """Focal loss (Lin et al. 2017): cross-entropy with each sample's term scaled by
@@ -53,10 +51,6 @@ def make_loss(
     class_weights: Sequence[float] | None,
     focal_gamma: float,
 ) -> nn.Module:
-    if name not in LOSSES:
-        raise UserError(f"model.loss={name!r} is not valid; use one of {LOSSES}")
-    if float(focal_gamma) < 0:
-        raise UserError(f"model.focal_gamma={focal_gamma} must be >= 0 (0 is cross-entropy)")
     weight = None if class_weights is None else torch.tensor(class_weights, dtype=torch.float32)
     if name == "focal":
         return FocalLoss(focal_gamma, weight, label_smoothing)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import lightning as L
 import torch
 from torch import nn
 
 from experiments.compat.lightning import attached_trainer
+from experiments.config.hints import Ge, Gt, Lt
 from experiments.errors import UserError
 from experiments.models import finetune
 from experiments.models.ema import ema_copy, update_ema
@@ -73,30 +74,24 @@ class ClassificationModule(L.LightningModule):
         scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
         num_classes: int = 10,
         freeze: Sequence[str] = (),
-        scheduler_interval: str = "epoch",
-        label_smoothing: float = 0.0,
-        ema_decay: float | None = None,
+        scheduler_interval: Literal["epoch", "step"] = "epoch",
+        label_smoothing: Annotated[float, Ge(0), Lt(1)] = 0.0,
+        ema_decay: Annotated[float, Gt(0), Lt(1)] | None = None,
         channels_last: bool = False,
         monitor: str = "val/acc",
-        loss: str = "cross_entropy",
-        focal_gamma: float = 2.0,
+        loss: Literal["cross_entropy", "focal"] = "cross_entropy",
+        focal_gamma: Annotated[float, Ge(0)] = 2.0,
         class_weights: Sequence[float] | str | None = None,
-        top_k: int | str | None = "auto",
+        top_k: Annotated[int, Ge(1)] | Literal["auto"] | None = "auto",
         per_class_metrics: bool = True,
         head: str | None = "auto",
-        freeze_backbone_epochs: int = 0,
-        backbone_lr_scale: float = 1.0,
+        freeze_backbone_epochs: Annotated[int, Ge(0)] = 0,
+        backbone_lr_scale: Annotated[float, Ge(0)] = 1.0,
         init_from: str | None = None,
         init_exclude: Sequence[str] = (),
     ) -> None:
         super().__init__()
         freeze = [str(prefix) for prefix in freeze]  # `model.freeze=[0]` parses as an int
-        if scheduler_interval not in ("epoch", "step"):
-            raise UserError(
-                f"model.scheduler_interval={scheduler_interval!r} is not valid; use epoch or step"
-            )
-        if not 0.0 <= float(label_smoothing) < 1.0:
-            raise UserError(f"model.label_smoothing={label_smoothing} must be in [0, 1)")
         weights = check_class_weights(class_weights, num_classes)
         self.top_k = resolve_top_k(top_k, num_classes)
         # plain containers only, so checkpoints load with torch.load(weights_only=True)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Annotated
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR, OneCycleLR
+
+from experiments.config.hints import Ge, Le
 
 log = logging.getLogger(__name__)
 
@@ -17,8 +20,8 @@ def warmup_cosine(
     optimizer: torch.optim.Optimizer,
     total_steps: int,
     total_epochs: int,
-    warmup_epochs: float = 1.0,
-    min_lr_ratio: float = 0.0,
+    warmup_epochs: Annotated[float, Ge(0)] = 1.0,
+    min_lr_ratio: Annotated[float, Ge(0), Le(1)] = 0.0,
 ) -> LambdaLR:
     """Linear warmup from 0 to the optimizer's lr over ``warmup_epochs``, then a cosine
     decay to ``min_lr_ratio`` x lr at the last step."""

@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from experiments.config.allowlist import check_targets
+from experiments.config.allowlist import check_allowed
 from experiments.errors import UserError, one_line
 from experiments.runs.layout import RunDir
 
@@ -86,7 +86,7 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
     for arg in overrides:
         _apply_override(cfg, arg, path)
     where = f"{path} with overrides" if overrides else str(path)
-    check_targets(OmegaConf.to_container(cfg, resolve=False), where=where)
+    check_allowed(OmegaConf.to_container(cfg, resolve=False), where=where)
     return cfg
 
 
@@ -154,7 +154,7 @@ def resolved(cfg: DictConfig, key: str) -> Any:
     if plain is None:
         return None
     # checked again after resolving: an interpolation can put a new value in a _target_
-    check_targets(plain, where=key, prefix=f"{key}.")
+    check_allowed(plain, where=key, prefix=f"{key}.")
     return OmegaConf.create(plain) if isinstance(plain, dict | list) else plain
 
 

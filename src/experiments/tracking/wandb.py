@@ -8,6 +8,7 @@ import netrc
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Literal
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def wandb_logger(
     group: str | None = None,
     name: str | None = None,
     tags: Sequence[str] = (),
-    mode: str = "auto",
+    mode: Literal["auto", "online", "offline", "disabled"] = "auto",
     save_dir: str = ".",
     job_type: str = "train",
     log_checkpoints: bool = False,

@@ -1,0 +1,40 @@
+"""The top-level keys of ``conf/train.yaml`` that no constructor takes, as dataclasses:
+their type hints are the schema ``experiments.config.schema`` checks them against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from experiments.config.hints import Ge
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Keys at the top of the config (others, such as ``paths``, are not checked here)."""
+
+    task_name: str | int = "train"
+    seed: Annotated[int, Ge(0)] | None = 42
+    optimized_metric: str | None = "val/acc"
+    optimized_mode: Literal["max", "min"] = "max"
+    tags: list[str] = field(default_factory=list)
+    resume: str | None = None
+    test: bool = True
+    profile: bool = False
+    print_config: bool = False
+    compile: bool = False
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """``sweep.*``: what ``-m`` does with a sweep dir that ran this sweep before."""
+
+    retry_failed: bool = True
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """``cv.*``: k-fold cross-validation (one fold would validate on nothing unseen)."""
+
+    folds: Annotated[int, Ge(2)] | None = None

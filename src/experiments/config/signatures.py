@@ -1,0 +1,271 @@
+"""Constructor signatures read from source, without importing anything.
+
+A config is checked before torch and Lightning are imported (they take seconds), so the
+signature of each ``_target_`` -- its argument names, whether it takes ``**kwargs``, and
+each argument's type hint as an ``ast`` expression -- is read from the module's source,
+following ``from x import y`` re-exports and base classes that define ``__init__``.
+Where source cannot tell (compiled modules, conditional or dynamic definitions) the
+answer is None and the check is left to the constructor itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+MAX_DEPTH = 6  # re-exports and base classes followed before giving up
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument: its type hint (None: not annotated) and the module its names live in."""
+
+    name: str
+    annotation: ast.expr | None
+    module: str
+    none_default: bool = False  # `x: int = None`: an implicit Optional, as older code writes
+
+
+@dataclass(frozen=True)
+class Signature:
+    target: str
+    params: dict[str, Param]
+    any_key: bool  # takes **kwargs
+
+
+def signature(target: str) -> Signature | None:
+    """The signature of ``target``'s constructor (or of the function), or None."""
+    module, _, name = target.rpartition(".")
+    found = _definition(module, name, 0)
+    if found is None:
+        return None
+    params = _params(*found, 0)
+    if params is None:
+        return None
+    return Signature(target, *params)
+
+
+def resolve(module: str, expr: ast.expr, depth: int = 0) -> tuple[ast.AST, str] | None:
+    """What a ``Name`` or ``a.b.Name`` in ``module`` is bound to: ``(definition, its module)``
+    -- a ClassDef, FunctionDef, or the value of a module-level assignment (a type alias)."""
+    if isinstance(expr, ast.Name):
+        return _definition(module, expr.id, depth)
+    if isinstance(expr, ast.Attribute):
+        inner = _module_alias(module, expr.value)
+        return _definition(inner, expr.attr, depth) if inner else None
+    return None
+
+
+@cache
+def target_problem(target: str) -> str | None:
+    """Why ``target`` cannot be found (with a did-you-mean), or None when it may exist."""
+    parts = target.split(".")
+    spec = _find_spec(parts[0]) if parts[0] else None
+    if spec is None:
+        return f"no module named '{parts[0]}'"
+    locations = list(spec.submodule_search_locations or [])
+    module_file = spec.origin
+    for i, part in enumerate(parts[1:], start=1):
+        found = _find_submodule(locations, part)
+        if found is None:
+            names = _defined_names(module_file)
+            if names is None or part in names:
+                return None  # defined there (or cannot be told without importing)
+            close = difflib.get_close_matches(part, sorted(names), n=1)
+            hint = f" (did you mean {'.'.join(parts[:i] + close)}?)" if close else ""
+            return f"'{'.'.join(parts[:i])}' has no '{part}'{hint}"
+        module_file, locations = found
+        if module_file is None:
+            return None
+    return None
+
+
+# -- definitions -------------------------------------------------------------------------
+
+
+@cache
+def _definition(module: str, name: str, depth: int) -> tuple[ast.AST, str] | None:
+    if depth > MAX_DEPTH or not module:
+        return None
+    file = _module_file(module)
+    tree = _parse(file)
+    if tree is None:
+        return None
+    package = module if file and file.endswith("__init__.py") else module.rpartition(".")[0]
+    found = None
+    for node in tree.body:  # the last binding wins, as when the module runs
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            found = (node, module)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            found = (node.value, module)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if node.target.id == name and node.value is not None:
+                found = (node.value, module)
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    source = _absolute(node, package)
+                    found = _definition(source, alias.name, depth + 1)
+    return found
+
+
+def _params(node: ast.AST, module: str, depth: int) -> tuple[dict[str, Param], bool] | None:
+    if isinstance(node, ast.FunctionDef):
+        return _arguments(node, module, skip_self=False)
+    if not isinstance(node, ast.ClassDef) or depth > MAX_DEPTH:
+        return None
+    init = next(
+        (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None
+    )
+    if init is not None:
+        return _arguments(init, module, skip_self=True)
+    if any(_decorator_name(d) == "dataclass" for d in node.decorator_list):
+        fields = {
+            n.target.id: Param(n.target.id, n.annotation, module)
+            for n in node.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+        }
+        return (fields, False) if not node.bases else None
+    for base in node.bases:
+        if isinstance(base, ast.Name) and base.id in ("object", "Generic", "Protocol"):
+            continue
+        found = resolve(module, base, depth + 1)
+        if found is None:
+            return None  # a base we cannot read might define __init__
+        params = _params(*found, depth + 1)
+        if params is not None:
+            return params
+    return None
+
+
+def _arguments(func: ast.FunctionDef, module: str, skip_self: bool):
+    args = func.args
+    positional = args.posonlyargs + args.args
+    if skip_self and positional:
+        positional = positional[1:]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = list(zip(positional, defaults, strict=True)) + list(
+        zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    )
+    params = {a.arg: Param(a.arg, a.annotation, module, _is_none(d)) for a, d in pairs}
+    return params, args.kwarg is not None
+
+
+def _is_none(default: ast.expr | None) -> bool:
+    return isinstance(default, ast.Constant) and default.value is None
+
+
+def _decorator_name(node: ast.expr) -> str:
+    node = node.func if isinstance(node, ast.Call) else node
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    source = node.module or ""
+    if node.level:  # a relative import
+        base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+        source = f"{base}.{source}" if source else base
+    return source
+
+
+def _module_alias(module: str, expr: ast.expr) -> str | None:
+    """The module a name such as ``nn`` (``import torch.nn as nn``) or ``torch.nn`` stands for."""
+    if isinstance(expr, ast.Attribute):
+        outer = _module_alias(module, expr.value)
+        return f"{outer}.{expr.attr}" if outer else None
+    if not isinstance(expr, ast.Name):
+        return None
+    tree = _parse(_module_file(module))
+    file = _module_file(module) or ""
+    package = module if file.endswith("__init__.py") else module.rpartition(".")[0]
+    for node in tree.body if tree else ():
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname == expr.id:
+                    return alias.name
+                if alias.asname is None and alias.name.split(".")[0] == expr.id:
+                    return expr.id
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == expr.id:
+                    return f"{_absolute(node, package)}.{alias.name}"
+    return None
+
+
+# -- source files ------------------------------------------------------------------------
+
+
+def _find_spec(name: str):
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def _find_submodule(locations: list[str], name: str):
+    for loc in locations:
+        package = Path(loc) / name
+        if (package / "__init__.py").is_file():
+            return str(package / "__init__.py"), [str(package)]
+        if (Path(loc) / f"{name}.py").is_file():
+            return str(Path(loc) / f"{name}.py"), []
+        if list(Path(loc).glob(f"{name}.*.so")):
+            return None, []  # a compiled module: its names cannot be read from source
+    return None
+
+
+@cache
+def _module_file(module: str) -> str | None:
+    """The source file of a dotted module name, found without importing it."""
+    parts = module.split(".")
+    spec = _find_spec(parts[0])
+    if spec is None:
+        return None
+    file, locations = spec.origin, list(spec.submodule_search_locations or [])
+    for part in parts[1:]:
+        found = _find_submodule(locations, part)
+        if found is None:
+            return None
+        file, locations = found
+    return file
+
+
+@cache
+def _parse(module_file: str | None) -> ast.Module | None:
+    if not module_file or not module_file.endswith(".py"):
+        return None
+    try:
+        return ast.parse(Path(module_file).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _defined_names(module_file: str | None) -> set[str] | None:
+    """Top-level names a module's source binds; None when that cannot be told statically."""
+    tree = _parse(module_file)
+    if tree is None:
+        return None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.If | ast.Try):
+            return None  # conditional definitions: do not guess
+    if "__getattr__" in names:
+        return None
+    return names

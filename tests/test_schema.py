@@ -1,0 +1,127 @@
+"""Constructor signatures are the config's schema: every key is checked against the type
+hint of the argument it sets, before anything is built, in one line."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from experiments.config import schema
+from experiments.errors import UserError
+from tests.conftest import REPO, run_cli
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.batch_size=0", "data.batch_size=0 is not valid: expected int >= 1"),
+        (
+            "data.val_fraction=1.5",
+            "val_fraction=1.5 is not valid: expected float >= 0 and < 1",
+        ),
+        ("data.dataset=cifar100", "expected digits, image_csv, mnist, fashion_mnist, cifar10 or"),
+        (
+            "data.sampler=uniform",
+            "sampler='uniform' is not valid: expected shuffle or balanced",
+        ),
+        (
+            "trainer.max_epochs=2.5",
+            "max_epochs=2.5 is not valid: expected int >= -1 or null",
+        ),
+        ("trainer.accelerator=gpux", "expected auto, cpu, gpu, cuda, mps, tpu or a mapping"),
+        ("trainer.precision=15", "trainer.precision=15 is not valid: expected 64, 32, 16,"),
+        ("optimizer.lr=-1", "optimizer.lr=-1 is not valid: expected float >= 0"),
+        ("optimizer.lr=fast", "optimizer.lr='fast' is not valid: expected float >= 0"),
+        ("model.loss=hinge", "model.loss='hinge' is not valid: expected cross_entropy or focal"),
+        (
+            "model.ema_decay=1.0",
+            "ema_decay=1 is not valid: expected float > 0 and < 1 or null",
+        ),
+        ("model.top_k=0", "model.top_k=0 is not valid: expected int >= 1, auto or null"),
+        ("seed=-1", "seed=-1 is not valid: expected int >= 0 or null"),
+        ("print_config=yes", "print_config='yes' is not valid: expected true or false"),
+        ("optimized_mode=up", "optimized_mode='up' is not valid: expected max or min"),
+        ("cv.folds=1", "cv.folds=1 is not valid: expected int >= 2 or null"),
+        ("+sweep.retry_faild=true", "did you mean sweep.retry_failed?"),
+        ("+trainer.max_epoch=3", "did you mean trainer.max_epochs?"),
+        ("+model.net.hidden=[3]", "did you mean model.net.hidden_sizes?"),
+        ("scheduler=warmup_cosine", "the warmup must be shorter than the run"),
+    ],
+)
+def test_a_value_the_signature_does_not_admit_is_one_line(make_cfg, override, message):
+    extra = ["trainer.max_epochs=1"] if override.startswith("scheduler") else []
+    with pytest.raises(UserError) as info:
+        schema.check(make_cfg(override, *extra))
+    key = override.lstrip("+").split("=")[0]
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert str(info.value).startswith(key) or "warmup" in message
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "trainer.precision=bf16-mixed",
+        "trainer.precision=16",
+        "trainer.accelerator=cpu",
+        "trainer.devices=[0]",
+        "trainer.deterministic=warn",
+        "trainer.limit_train_batches=0.5",
+        "optimizer.momentum=0",  # an int where a float is hinted
+        "model.top_k=null",
+        "data.cache_transformed=false",
+        "seed=null",
+    ],
+)
+def test_values_the_signature_admits_pass(make_cfg, override):
+    schema.check(make_cfg(override))
+
+
+def test_an_argument_added_in_one_file_is_set_and_checked_from_the_command_line(tmp_path, data_dir):
+    """Add an argument to MLP's constructor -- the only edit -- and the command line can
+    set it (``+key``: the config files need not list it), and a mistyped value or key is
+    one line before anything is built."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "src", src, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    nets = src / "experiments" / "models" / "nets.py"
+    text = nets.read_text()
+    edits = [
+        (
+            "        dropout: float = 0.0,\n    ) -> None:\n        layers: list[nn.Module]",
+            '        dropout: float = 0.0,\n        activation: Literal["relu", "gelu"] = "relu",'
+            "\n    ) -> None:\n        layers: list[nn.Module]",
+        ),
+        (
+            "nn.Linear(width, hidden), nn.ReLU()]",
+            'nn.Linear(width, hidden), nn.GELU() if activation == "gelu" else nn.ReLU()]',
+        ),
+        ("from __future__ import annotations\n", "from __future__ import annotations\n\n"
+         "from typing import Literal\n"),
+    ]  # fmt: skip
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    nets.write_text(text)
+    env = {"PYTHONPATH": f"{src}:{REPO}"}
+    data = f"paths.data_dir={data_dir}"
+
+    res = run_cli(
+        "-m", "experiments.train", "+model.net.activation=gleu", data, cwd=tmp_path, env_extra=env
+    )
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.strip() == (
+        "error: model.net.activation='gleu' is not valid: expected relu or gelu"
+    )
+    res = run_cli(
+        "-m", "experiments.train", "+model.net.activaton=gelu", data, cwd=tmp_path, env_extra=env
+    )
+    assert res.returncode == 2 and "did you mean model.net.activation?" in res.stderr
+
+    run = tmp_path / "run"
+    res = run_cli(
+        "-m", "experiments.train", "+model.net.activation=gelu", "trainer.max_epochs=1", data,
+        f"hydra.run.dir={run}", cwd=tmp_path, env_extra=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "activation: gelu" in (run / ".hydra" / "config.yaml").read_text()
+    assert (run / "checkpoints" / "best.pt").is_file()
