@@ -3,6 +3,7 @@ small, the configs ship inside the package, and old run dirs still evaluate."""
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import sys
@@ -20,12 +21,14 @@ TORCH_FREE = (
     "experiments.config.schema",
     "experiments.config.signatures",
     "experiments.config.options",
-    "experiments.config.secrets",
+    "experiments.config.typecheck",
+    "experiments.config.sweeper",
+    "experiments.secrets",
     "experiments.config.allowlist",
     "experiments.runs.layout",
     "experiments.runs.resume",
     "experiments.runs.lock",
-    "experiments.runs.saved",
+    "experiments.config.saved",
     "experiments.runs.sweep",
     "experiments.compat.hydra",
     "experiments.errors",
@@ -106,12 +109,77 @@ def test_a_run_dir_made_before_the_layout_move_still_evaluates(tmp_path, data_di
     then = json.loads((run / "metrics.json").read_text())["test/acc"]
     now = json.loads((run / "eval_metrics.json").read_text())["test/acc"]
     assert now == then
-    # and the old targets still resolve in a config that builds them
-    from experiments.csv_logger import CSVLogger
-    from experiments.sweep import SweepSummary
-    from experiments.tracking import wandb_logger
-    from experiments.tracking.csv import CSVLogger as current
+    # read as their new homes, so no module is kept at the old paths
+    from experiments.config.saved import load_run_config
 
-    assert CSVLogger is current
-    assert SweepSummary.__module__ == "experiments.tracking.sweep_summary"
-    assert callable(wandb_logger)
+    logger = load_run_config(run).logger.csv._target_
+    assert logger == "experiments.tracking.csv.CSVLogger"
+
+
+# docs/architecture.md, "The layers": a module may import its own layer and those below
+LAYERS = {
+    "train": 1, "eval": 1, "predict": 1, "compare": 1, "cross_validation": 1, "console": 1,
+    "__init__": 1, "__main__": 1,
+    "build": 2,
+    "callbacks": 3, "tracking": 3, "analysis": 3,
+    "data": 4, "models": 4,
+    "config": 5,
+    "runs": 6,
+    "compat": 7, "errors": 7, "secrets": 7, "utils": 7,
+}  # fmt: skip
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] == "hydra_plugins":
+        return 1
+    if parts[0] != "experiments":
+        return None
+    return LAYERS[parts[1]] if len(parts) > 1 else 1
+
+
+def _imports(path: Path):
+    """``(line, imported module or module.name)`` for every import of ``path``, anywhere."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield from ((node.lineno, f"{node.module}.{a.name}") for a in node.names)
+
+
+def _modules():
+    for path in sorted((REPO / "src").rglob("*.py")):
+        parts = path.relative_to(REPO / "src").with_suffix("").parts
+        yield path, ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_imports_point_one_way_down_the_layers():
+    wrong = []
+    for path, module in _modules():
+        mine = _layer(module)
+        for line, name in _imports(path):
+            theirs = _layer(name)
+            if mine is None or theirs is None:
+                continue
+            package = module.split(".")[:2]
+            if theirs < mine or (package == ["experiments", "models"] and ".data" in name):
+                wrong.append(f"{path.relative_to(REPO)}:{line} imports {name}")
+    assert not wrong, "imports pointing back up the layers:\n" + "\n".join(wrong)
+    assert set(LAYERS) >= {p.stem if p.is_file() else p.name for p in SRC.iterdir()} - {
+        "__pycache__",
+        "conf",
+        "py",
+    }  # a new package or top-level module gets a layer
+
+
+def test_no_private_name_is_used_across_packages():
+    wrong = []
+    for path, module in _modules():
+        for line, name in _imports(path):
+            owner, _, last = name.rpartition(".")
+            if not name.startswith("experiments.") or not last.startswith("_"):
+                continue
+            if last.startswith("__") or owner.split(".")[:2] == module.split(".")[:2]:
+                continue
+            wrong.append(f"{path.relative_to(REPO)}:{line} imports {name}")
+    assert not wrong, "\n".join(wrong)

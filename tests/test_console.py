@@ -84,7 +84,7 @@ def test_the_srun_hint_still_comes_from_lightning_and_is_hidden_outside_slurm_jo
 
 def test_the_profiler_cycle_warning_is_hidden_around_the_profiler_only():
     # torch warns on a scheduled CUDA profile (seen on an H200, not on this CPU build)
-    from experiments.console import quiet_profiler
+    from experiments.compat.torch import quiet_profiler
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

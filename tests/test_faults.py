@@ -118,7 +118,7 @@ def test_process_rank_reads_the_variables_in_lightnings_order(monkeypatch, env, 
 
 
 def test_secret_keys_follow_one_rule():
-    from experiments.config.secrets import is_secret_key, redact, redact_argv
+    from experiments.secrets import is_secret_key, redact, redact_argv
 
     for key in ("api_key", "logger.wandb.api_key", "HF_TOKEN", "db.password", "apiKey", "key"):
         assert is_secret_key(key), key

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.config.secrets import REDACTED
+from experiments.secrets import REDACTED
 from experiments.tracking.mlflow import MAX_VALUE_LENGTH, flatten_params
 from tests.conftest import REPO, run_cli
 

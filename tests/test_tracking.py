@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from experiments.config.secrets import REDACTED, redact
+from experiments.secrets import REDACTED, redact
 from experiments.tracking.wandb import resolve_mode
 from tests.conftest import REPO, run_cli
 from tests.wandb_reader import read_run

@@ -93,7 +93,7 @@ def loggers(cfg: DictConfig, run_dir: Path, resuming: bool) -> list:
     """Every configured logger; a resumed run continues its W&B run."""
     from hydra.utils import instantiate
 
-    from experiments.config.secrets import redacted_config
+    from experiments.secrets import redacted_config
     from experiments.tracking import previous_wandb_id
 
     wandb_id = previous_wandb_id(run_dir) if resuming else None

@@ -53,8 +53,8 @@ from pathlib import Path
 
 from experiments.analysis.groups import compare
 from experiments.analysis.report import markdown, write_report
+from experiments.config.saved import parse_args
 from experiments.errors import UserError, exit_with
-from experiments.runs.saved import parse_args
 
 USAGE = """\
 usage: python -m experiments.compare <path> [<path> ...] [metric=test/acc] [mode=max|min]

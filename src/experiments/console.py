@@ -9,12 +9,12 @@ a record meant for the console in a sweep too is logged with ``extra=SWEEP_LINE`
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import sys
-import tempfile
 import warnings
+
+from experiments.errors import exit_with, find_user_error
+from experiments.utils import pause_gc
 
 SWEEP_LINE = {"sweep_line": True}
 
@@ -38,7 +38,6 @@ SRUN_HINT = (r"The `srun` command is available on your system but is not used", 
 
 def filter_upstream_warnings() -> None:
     """Hide the few third-party warnings that only their authors can fix (each named above)."""
-    import os
 
     hidden = list(UPSTREAM_WARNINGS)
     if not os.environ.get("SLURM_JOB_ID"):
@@ -69,48 +68,6 @@ def _in_sweep() -> bool:
         return False
 
 
-# Kineto (torch.profiler's native side) writes these from C++ straight to stderr: its stage
-# markers, and, when a CUDA build of torch runs on a machine without a GPU, a device-count
-# ERROR while it collects a trace. Harmless, and not switchable from Python (pytorch/kineto:
-# DeviceProperties.cpp, SyncActivityProfilerHandler.cpp).
-KINETO_NOISE = ("gpuGetDeviceCount failed", "SyncActivityProfilerHandler.cpp")
-
-
-@contextlib.contextmanager
-def quiet_profiler():
-    """Around torch.profiler's calls: its native noise (``KINETO_NOISE``) and one warning
-    that does not apply here: torch warns that a scheduled profile keeps only its last
-    cycle's events unless ``acc_events=True``; ours has one cycle (``repeat=1``), and
-    ``acc_events=True`` segfaulted at the end of fit on this machine."""
-    with warnings.catch_warnings(), native_stderr_without(*KINETO_NOISE):
-        warnings.filterwarnings("ignore", message=r".*Profiler clears events", category=UserWarning)
-        yield
-
-
-@contextlib.contextmanager
-def native_stderr_without(*noise: str):
-    """Run a block whose native code writes to file descriptor 2; afterwards pass on every
-    line it wrote except those containing one of ``noise``."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            kept = [
-                line
-                for line in caught.read().decode(errors="replace").splitlines(keepends=True)
-                if not any(n in line for n in noise)
-            ]
-            if kept:
-                sys.stderr.write("".join(kept))
-
-
 def metrics_table(metrics: dict[str, float]) -> str:
     """The final metrics as a small table: one row per name, a column per stage."""
     names = sorted({k.split("/", 1)[1] for k in metrics if k.startswith(("val/", "test/"))})
@@ -138,3 +95,22 @@ def what_runs(cfg, trainer) -> str:
     devices = f"{trainer.num_devices} x {trainer.strategy.root_device.type}"
     parts.append(f"epochs={trainer.max_epochs} on {devices}")
     return " ".join(parts)
+
+
+def run_main(body, argv) -> None:
+    """Run ``body(argv)`` as an entry point (eval, predict): a UserError exits 2 in one line,
+    as train's do."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    filter_upstream_warnings()
+    pause_gc()  # the body calls resume_gc once its start-up is over
+    try:
+        body(list(argv))
+    except Exception as err:
+        user_error = find_user_error(err)
+        if user_error is None:
+            raise
+        exit_with(user_error)

@@ -47,27 +47,3 @@ def exit_with(err: UserError, code: int = 2) -> None:
     # an error raised in a DataLoader worker arrives with the worker's traceback in front
     print(f"error: {one_line(err, last=True)}", file=sys.stderr)
     sys.exit(code)
-
-
-def run_main(body, argv) -> None:
-    """Run ``body(argv)`` as an entry point (eval, predict): a UserError exits 2 in one line,
-    as train's do."""
-    import logging
-
-    logging.basicConfig(
-        level=logging.INFO,
-        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    from experiments.console import filter_upstream_warnings
-    from experiments.utils import pause_gc
-
-    filter_upstream_warnings()
-    pause_gc()  # the body calls resume_gc once its start-up is over
-    try:
-        body(list(argv))
-    except Exception as err:
-        user_error = find_user_error(err)
-        if user_error is None:
-            raise
-        exit_with(user_error)

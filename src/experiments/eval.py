@@ -14,15 +14,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments.errors import UserError, run_main
-from experiments.runs.layout import sidecar_epoch
-from experiments.runs.saved import (
+from experiments.config.saved import (
     checkpoint_path,
     load_run_config,
     parse_args,
     read_sidecar,
     resolved,
 )
+from experiments.console import run_main
+from experiments.errors import UserError
+from experiments.runs.layout import sidecar_epoch
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments.errors import UserError, run_main
-from experiments.runs.saved import (
+from experiments.config.saved import (
     checkpoint_path,
     load_run_config,
     parse_args,
     read_sidecar,
     resolved,
 )
+from experiments.console import run_main
+from experiments.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -106,7 +106,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
     from experiments.callbacks import FaultTolerance, StateDictCheckpoint
     from experiments.callbacks.fault_tolerance import RunInterrupted
     from experiments.compat.lightning import WORKER_INTERRUPTED
-    from experiments.config.secrets import redacted_config
+    from experiments.secrets import redacted_config
     from experiments.tracking import finish_loggers
 
     guard = next((c for c in callbacks if isinstance(c, FaultTolerance)), None)
@@ -206,9 +206,9 @@ def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from experiments.config.secrets import redact_saved_config
     from experiments.runs.files import write_error
     from experiments.runs.sweep import earlier_sweep_job
+    from experiments.secrets import redact_saved_config
     from experiments.utils import print_config_tree, process_rank, quiet_console
 
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -223,7 +223,7 @@ def main(cfg: DictConfig) -> float | None:
         if kept is not None:
             metrics = kept
         elif cfg.get("cv") and cfg.cv.get("folds"):
-            from experiments.runs.cv import cross_validate
+            from experiments.cross_validation import cross_validate
 
             metrics = cross_validate(cfg, train)
         else:

@@ -15,7 +15,7 @@ def print_config_tree(cfg: DictConfig, order: tuple[str, ...] = ()) -> None:
     import rich.syntax
     import rich.tree
 
-    from experiments.config.secrets import redacted_config
+    from experiments.secrets import redacted_config
 
     tree = rich.tree.Tree("config", guide_style="dim")
     plain = redacted_config(cfg)

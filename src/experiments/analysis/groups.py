@@ -10,7 +10,7 @@ from typing import Any
 from experiments.analysis.runs import Run, find_runs, identity, is_number, read_run, skipped_line
 from experiments.analysis.stats import Stats, summarize
 from experiments.errors import UserError
-from experiments.tracking.sweep_summary import _sort_key
+from experiments.tracking.sweep_summary import best_first
 
 STANDARD_METRICS = ("test/acc", "val/acc", "test/macro_f1", "test/balanced_acc", "wall_time_s")
 
@@ -93,7 +93,7 @@ def compare(
     ]
     for group in groups:
         group.stats = {m: summarize([float(r.metrics[m]) for r in group.runs]) for m in metrics}
-    groups.sort(key=lambda g: _sort_key(metric, mode)({metric: g.stats[metric].mean}))
+    groups.sort(key=lambda g: best_first(metric, mode)({metric: g.stats[metric].mean}))
     for i, group in enumerate(groups, 1):
         group.name = f"g{i}"
     keys = _differing_keys(groups)

@@ -13,7 +13,7 @@ from experiments.analysis.groups import Comparison, Group
 from experiments.analysis.runs import show_path
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write
-from experiments.tracking.sweep_summary import _fmt
+from experiments.tracking.sweep_summary import table_cell as cell
 
 CURVE_METRIC = "val/acc"
 
@@ -58,16 +58,16 @@ def markdown(comparison: Comparison, runs_section: bool = True) -> str:
         head.append(f"{m} mean ± std")
         if m == c.metric:
             head.append(f"{m} 95% CI")
-    lines += ["| " + " | ".join(_fmt(h) for h in head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)]
     for group in c.groups:
         cells = [f"{group.name} (best)" if group is c.best else group.name]
-        cells += [_fmt(_config_cell(group, k)) for k in c.keys]
+        cells += [cell(_config_cell(group, k)) for k in c.keys]
         cells.append(str(len(group.runs)))
         for m in c.metrics:
             s = group.stats[m]
-            cells.append(_fmt(s.mean) if s.std is None else f"{_fmt(s.mean)} ± {_fmt(s.std)}")
+            cells.append(cell(s.mean) if s.std is None else f"{cell(s.mean)} ± {cell(s.std)}")
             if m == c.metric:
-                cells.append("—" if s.ci_low is None else f"[{_fmt(s.ci_low)}, {_fmt(s.ci_high)}]")
+                cells.append("—" if s.ci_low is None else f"[{cell(s.ci_low)}, {cell(s.ci_high)}]")
         lines.append("| " + " | ".join(cells) + " |")
     notes = _notes(c)
     if notes:
@@ -75,7 +75,7 @@ def markdown(comparison: Comparison, runs_section: bool = True) -> str:
     if c.skipped:
         runs = "run" if len(c.skipped) == 1 else "runs"
         lines += ["", f"skipped {len(c.skipped)} {runs}:"]
-        lines += [f"- {_fmt(show_path(p))}: {_fmt(why)}" for p, why in c.skipped]
+        lines += [f"- {cell(show_path(p))}: {cell(why)}" for p, why in c.skipped]
     if runs_section:
         lines += ["", "## Runs", ""]
         for group in c.groups:

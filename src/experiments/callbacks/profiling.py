@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from experiments.console import quiet_profiler
+from experiments.compat.torch import quiet_profiler
 from experiments.runs.files import write_json
 
 log = logging.getLogger(__name__)

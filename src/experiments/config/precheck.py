@@ -13,11 +13,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from experiments.compat.hydra import Composer, is_multirun, task_view
 from experiments.config import schema
-from experiments.config.secrets import is_secret_key
 from experiments.config.slurm import check_slurm_launcher, check_task_layout
 from experiments.errors import UserError, one_line
 from experiments.runs.files import check_writable
 from experiments.runs.resume import resume_overrides, resume_target
+from experiments.secrets import is_secret_key
 from experiments.utils import process_rank
 
 # flags after which Hydra does something other than run the task: leave those to Hydra
@@ -208,7 +208,7 @@ def check_sweeper(cfg: DictConfig) -> None:
     target = str(OmegaConf.select(cfg, "hydra.sweeper._target_", default="") or "")
     if not target.startswith("hydra_plugins.experiments_optuna."):
         return
-    from hydra_plugins.experiments_optuna.sweeper import check_settings
+    from experiments.config.sweeper import check_settings
 
     try:
         check_settings(OmegaConf.to_container(cfg.hydra.sweeper, resolve=True))

@@ -55,7 +55,7 @@ def environment(seed: Any, device: str, git: dict[str, Any] | None = None) -> di
     import lightning
     import torch
 
-    from experiments.config.secrets import redact_argv
+    from experiments.secrets import redact_argv
 
     if git is None:
         git = start_git_probe()()

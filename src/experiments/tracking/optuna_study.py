@@ -15,12 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from experiments.config.sweeper import DIRECTIONS, PRUNERS
+
 log = logging.getLogger(__name__)
 
 TRIAL_ENV = "EXPERIMENTS_OPTUNA_TRIAL"
-DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
-PRUNERS = ("none", "median", "hyperband", "asha")
-SAMPLERS = ("tpe", "random")
 
 
 def storage_for(spec: str | None, sweep_dir: Path):

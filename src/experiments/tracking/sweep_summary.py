@@ -165,7 +165,9 @@ def _pareto_trials(sweep_dir: Path) -> set[int] | None:
     return None if front is None else {p["trial"] for p in front}
 
 
-def _sort_key(metric: str, mode: str):
+def best_first(metric: str, mode: str):
+    """A sort key for result rows: finished runs best first, then pruned, then failed."""
+
     def key(row):
         value = row.get(metric)
         if not isinstance(value, int | float) or not math.isfinite(value):
@@ -181,7 +183,7 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with open(sweep_dir / ".summary.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel jobs: one rebuild at a time
-        rows = sorted(collect(sweep_dir, metric), key=_sort_key(metric, mode))
+        rows = sorted(collect(sweep_dir, metric), key=best_first(metric, mode))
         if not rows:
             return rows
         fields = list(rows[0])
@@ -198,7 +200,8 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
     return rows
 
 
-def _fmt(value: Any) -> str:
+def table_cell(value: Any) -> str:
+    """A value as a markdown table cell: floats to 4 places, ``|`` escaped, None empty."""
     if isinstance(value, float):
         return f"{value:.4f}"
     return "" if value is None else str(value).replace("|", "\\|")
@@ -216,7 +219,7 @@ def _markdown(rows, fields, metric, mode) -> str:
     )
     shown = [f for f in fields if f != "dir"]
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(_fmt(r[f]) for f in shown) + " |" for r in rows]
+    lines += ["| " + " | ".join(table_cell(r[f]) for f in shown) + " |" for r in rows]
     return head + "\n".join(lines) + "\n"
 
 

@@ -27,13 +27,8 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.compat.hydra import job_outcome
-from experiments.tracking.optuna_study import (
-    DIRECTIONS,
-    PRUNERS,
-    SAMPLERS,
-    TRIAL_ENV,
-    open_study,
-)
+from experiments.config.sweeper import DIRECTIONS, check_settings
+from experiments.tracking.optuna_study import TRIAL_ENV, open_study
 
 log = logging.getLogger(__name__)
 
@@ -85,35 +80,6 @@ ConfigStore.instance().store(
     node=OptunaSweeperConf,
     provider="experiments",
 )
-
-
-def check_settings(settings: dict) -> None:
-    """Raise ValueError naming the ``hydra.sweeper`` key that cannot work."""
-    direction = settings.get("direction", "maximize")
-    if direction not in DIRECTIONS:
-        raise ValueError(f"hydra.sweeper.direction={direction!r}: use maximize or minimize")
-    objectives = settings.get("objectives") or {}
-    if not isinstance(objectives, dict):
-        raise ValueError(
-            f"hydra.sweeper.objectives={objectives!r}: give {{metric: maximize|minimize, ...}}, "
-            "e.g. {val/acc:maximize,params:minimize}"
-        )
-    for metric, way in objectives.items():
-        if way not in DIRECTIONS:
-            raise ValueError(f"hydra.sweeper.objectives.{metric}={way!r}: use maximize or minimize")
-    if settings.get("n_trials", 1) < 1 or settings.get("n_jobs", 1) < 1:
-        raise ValueError("hydra.sweeper.n_trials and n_jobs must be >= 1")
-    pruner = settings.get("pruner") or "none"
-    if pruner not in PRUNERS:
-        raise ValueError(f"hydra.sweeper.pruner={pruner!r}: use one of {', '.join(PRUNERS)}")
-    if pruner != "none" and len(settings.get("objectives") or {}) > 1:
-        raise ValueError(
-            f"hydra.sweeper.pruner={pruner}: Optuna prunes single-objective studies only; "
-            "use pruner=none with several objectives"
-        )
-    sampler = settings.get("sampler", "tpe")
-    if sampler not in SAMPLERS:
-        raise ValueError(f"hydra.sweeper.sampler={sampler!r}: use one of {', '.join(SAMPLERS)}")
 
 
 class OptunaSweeper(Sweeper):

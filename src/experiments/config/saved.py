@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from experiments.config.allowlist import check_allowed
@@ -83,11 +83,31 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
     # `${hydra:runtime.output_dir}` only resolves inside a Hydra run; this is the folder it named
     if isinstance(cfg.get("paths"), DictConfig):
         cfg.paths.output_dir = str(run_dir.resolve())
+    _follow_moves(cfg)
     for arg in overrides:
         _apply_override(cfg, arg, path)
     where = f"{path} with overrides" if overrides else str(path)
     check_allowed(OmegaConf.to_container(cfg, resolve=False), where=where)
     return cfg
+
+
+# targets that run configs saved before the layout move name, and where they live now
+MOVED = {
+    "experiments.csv_logger.CSVLogger": "experiments.tracking.csv.CSVLogger",
+    "experiments.sweep.SweepSummary": "experiments.tracking.sweep_summary.SweepSummary",
+}
+
+
+def _follow_moves(node: Any) -> None:
+    if isinstance(node, DictConfig):
+        target = node._get_node("_target_") if "_target_" in node else None
+        if target is not None and target._value() in MOVED:
+            node._target_ = MOVED[target._value()]
+        for key in node.keys():
+            _follow_moves(node._get_node(key))
+    elif isinstance(node, ListConfig):
+        for i in range(len(node)):
+            _follow_moves(node._get_node(i))
 
 
 def _apply_override(cfg: DictConfig, arg: str, path: Path) -> None:

@@ -1,0 +1,50 @@
+"""torch's quirks worked around in one place: the profiler's native noise on stderr."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import warnings
+
+# Kineto (torch.profiler's native side) writes these from C++ straight to stderr: its stage
+# markers, and, when a CUDA build of torch runs on a machine without a GPU, a device-count
+# ERROR while it collects a trace. Harmless, and not switchable from Python (pytorch/kineto:
+# DeviceProperties.cpp, SyncActivityProfilerHandler.cpp).
+KINETO_NOISE = ("gpuGetDeviceCount failed", "SyncActivityProfilerHandler.cpp")
+
+
+@contextlib.contextmanager
+def quiet_profiler():
+    """Around torch.profiler's calls: its native noise (``KINETO_NOISE``) and one warning
+    that does not apply here: torch warns that a scheduled profile keeps only its last
+    cycle's events unless ``acc_events=True``; ours has one cycle (``repeat=1``), and
+    ``acc_events=True`` segfaulted at the end of fit on this machine."""
+    with warnings.catch_warnings(), native_stderr_without(*KINETO_NOISE):
+        warnings.filterwarnings("ignore", message=r".*Profiler clears events", category=UserWarning)
+        yield
+
+
+@contextlib.contextmanager
+def native_stderr_without(*noise: str):
+    """Run a block whose native code writes to file descriptor 2; afterwards pass on every
+    line it wrote except those containing one of ``noise``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [
+                line
+                for line in caught.read().decode(errors="replace").splitlines(keepends=True)
+                if not any(n in line for n in noise)
+            ]
+            if kept:
+                sys.stderr.write("".join(kept))

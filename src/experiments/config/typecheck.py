@@ -1,0 +1,176 @@
+"""Type hints as checks: what a constructor argument's hint (read from source as an
+``ast`` expression) admits of the values a config can hold, and how to say it in an error
+("int >= 1 or null", "auto, true or false")."""
+
+from __future__ import annotations
+
+import ast
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig
+
+from experiments.config.hints import BOUNDS
+from experiments.config.signatures import Param, resolve
+
+
+@dataclass(frozen=True)
+class Type:
+    """What a type hint admits of the values a config can hold."""
+
+    kind: str  # any, none, int, float, bool, str, list, dict, object, literal, union
+    values: tuple = ()  # literal: the choices; union: the member Types
+    bounds: tuple = ()  # hints.Bound instances every number must satisfy
+
+    def admits(self, value: Any) -> bool:
+        if self.kind == "union":
+            return any(t.admits(value) for t in self.values)
+        ok = _ADMITS[self.kind](self, value)
+        if ok and self.bounds and isinstance(value, numbers.Real):
+            return all(b.holds(value) for b in self.bounds)
+        return ok
+
+    def describe(self) -> str:
+        parts = self._parts()
+        return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} or {parts[-1]}"
+
+    def _parts(self) -> list[str]:
+        if self.kind == "union":
+            parts = [p for t in self.values for p in t._parts()]
+            return list(dict.fromkeys(parts))  # Lightning's precision lists 16 twice
+        if self.kind == "literal":
+            return [v if isinstance(v, str) else show(v) for v in self.values]
+        if self.kind == "bool":
+            return ["true", "false"]
+        names = {"none": "null", "any": "anything", "list": "a list", "dict": "a mapping"}
+        names["object"] = "a mapping with _target_"
+        bounds = " and".join(f" {b.symbol} {show(b.limit)}" for b in self.bounds)
+        text = names.get(self.kind, self.kind) + bounds
+        return [text]
+
+
+_ADMITS = {
+    "any": lambda t, v: True,
+    "none": lambda t, v: v is None,
+    "int": lambda t, v: isinstance(v, numbers.Integral) and not isinstance(v, bool),
+    "float": lambda t, v: isinstance(v, numbers.Real) and not isinstance(v, bool),
+    "bool": lambda t, v: isinstance(v, bool),
+    "str": lambda t, v: isinstance(v, str),
+    "list": lambda t, v: isinstance(v, list | tuple | ListConfig),
+    "dict": lambda t, v: isinstance(v, dict | DictConfig),
+    "object": lambda t, v: isinstance(v, dict | DictConfig),  # a config that builds one
+    "literal": lambda t, v: any(type(c) is type(v) and c == v for c in t.values),
+}
+ANY = Type("any")
+_NAMES = {
+    "int": "int", "float": "float", "bool": "bool", "str": "str", "None": "none",
+    "list": "list", "List": "list", "tuple": "list", "Tuple": "list", "Sequence": "list",
+    "MutableSequence": "list", "Iterable": "list", "ListConfig": "list",
+    "dict": "dict", "Dict": "dict", "Mapping": "dict", "MutableMapping": "dict",
+    "DictConfig": "dict", "Path": "str", "PathLike": "str",
+}  # fmt: skip
+
+
+def type_of(param: Param, refined: str | None = None) -> Type:
+    """The Type of one argument: its hint as written (``refined`` replaces it)."""
+    expr = ast.parse(refined, mode="eval").body if refined is not None else param.annotation
+    found = _type(expr, param.module, 0)
+    if param.none_default and not found.admits(None):
+        return _union([found, Type("none")])
+    return found
+
+
+def _type(expr: ast.expr | None, module: str, depth: int) -> Type:
+    if expr is None or depth > 8:
+        return ANY
+    if isinstance(expr, ast.Constant):
+        if expr.value is None:
+            return Type("none")
+        if isinstance(expr.value, str):  # a hint written as a string
+            try:
+                return _type(ast.parse(expr.value, mode="eval").body, module, depth + 1)
+            except SyntaxError:
+                return ANY
+        return ANY
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):
+        return _union([_type(e, module, depth + 1) for e in (expr.left, expr.right)])
+    if isinstance(expr, ast.Subscript):
+        return _subscript(expr, module, depth)
+    name = _last_name(expr)
+    if name in _NAMES:
+        return Type(_NAMES[name])
+    if name in ("Any", "object"):
+        return ANY
+    if name == "Callable":
+        return Type("object")
+    found = resolve(module, expr) if isinstance(expr, ast.Name | ast.Attribute) else None
+    if found is None:
+        return ANY  # cannot be told from source (e.g. imported only for type checkers)
+    if isinstance(found[0], ast.expr):  # a type alias
+        return _type(found[0], found[1], depth + 1)
+    return Type("object")  # a class: a config gives it as a mapping with _target_
+
+
+def _subscript(expr: ast.Subscript, module: str, depth: int) -> Type:
+    base = _last_name(expr.value)
+    args = list(expr.slice.elts) if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+    if base == "Optional":
+        return _union([_type(args[0], module, depth + 1), Type("none")])
+    if base == "Union":
+        return _union([_type(a, module, depth + 1) for a in args])
+    if base == "Literal":
+        values = tuple(_literal(a) for a in args)
+        return ANY if any(v is _NOT_LITERAL for v in values) else Type("literal", values)
+    if base == "Annotated":
+        inner = _type(args[0], module, depth + 1)
+        bounds = tuple(b for b in (_bound(a) for a in args[1:]) if b is not None)
+        return _bounded(inner, bounds)
+    if base in _NAMES:
+        return Type(_NAMES[base])
+    if base == "Callable":
+        return Type("object")
+    return ANY
+
+
+def _union(types: list[Type]) -> Type:
+    flat = [m for t in types for m in (t.values if t.kind == "union" else (t,))]
+    return ANY if any(t.kind == "any" for t in flat) else Type("union", tuple(flat))
+
+
+def _bounded(inner: Type, bounds: tuple) -> Type:
+    if inner.kind == "union":
+        return Type("union", tuple(_bounded(t, bounds) for t in inner.values))
+    if inner.kind in ("int", "float"):
+        return Type(inner.kind, inner.values, inner.bounds + bounds)
+    return inner
+
+
+_NOT_LITERAL = object()
+
+
+def _literal(expr: ast.expr) -> Any:
+    try:
+        return ast.literal_eval(expr)
+    except ValueError:
+        return _NOT_LITERAL
+
+
+def _bound(expr: ast.expr):
+    if isinstance(expr, ast.Call) and _last_name(expr.func) in BOUNDS and expr.args:
+        limit = _literal(expr.args[0])
+        if isinstance(limit, int | float):
+            return BOUNDS[_last_name(expr.func)](limit)
+    return None
+
+
+def _last_name(expr: ast.expr) -> str:
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    return expr.id if isinstance(expr, ast.Name) else ""
+
+
+def show(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value)) if abs(value) < 1e15 else repr(value)
+    return repr(value)
