@@ -122,8 +122,12 @@ def test_imbalanced_run_logs_the_metrics_and_optimizes_macro_f1(make_cfg, tmp_pa
     ],
 )
 def test_bad_metric_loss_or_sampler_is_one_line(make_cfg, override, named):
+    from experiments.config import schema
+
+    cfg = make_cfg(override, *QUICK)
     with pytest.raises(Exception) as err:  # Hydra's instantiate wraps what __init__ raises
-        datamodule_and_model(make_cfg(override, *QUICK))
+        schema.check(cfg)  # the signatures' choices, as train() checks before building
+        datamodule_and_model(cfg)
     user_error = find_user_error(err.value)
     assert isinstance(user_error, UserError) and named in str(user_error), err.value
 

@@ -23,9 +23,7 @@ def datamodule_and_model(cfg: DictConfig):
     )
     if getattr(net, "pretrained_norm", None) is not None:
         datamodule.use_weights_stats(*net.pretrained_norm)
-    extra = {}
-    if cfg.model.get("class_weights") == "auto":
-        extra["class_weights"] = _inverse_frequency_weights(datamodule)
+    extra = model_extras(cfg.model, datamodule)
     model = instantiate(
         cfg.model,
         net=net,
@@ -39,14 +37,24 @@ def datamodule_and_model(cfg: DictConfig):
     return datamodule, model
 
 
-def _inverse_frequency_weights(datamodule) -> list[float]:
-    from experiments.models.losses import inverse_frequency
+def model_extras(model_cfg, datamodule) -> dict:
+    """What the model takes from the training split: ``class_weights=auto`` (inverse class
+    frequency) and, for ``loss=logit_adjusted``, the class prior."""
+    from experiments.models.losses import class_prior, inverse_frequency
 
-    hint = "; give model.class_weights=[w0, w1, ...] instead"
-    targets = datamodule.train_targets("model.class_weights=auto", hint)
-    weights = inverse_frequency(targets, datamodule.num_classes)
-    log.info("model.class_weights=auto (inverse class frequency of the train split): %s", weights)
-    return weights
+    extra = {}
+    if model_cfg.get("class_weights") == "auto":
+        hint = "; give model.class_weights=[w0, w1, ...] instead"
+        targets = datamodule.train_targets("model.class_weights=auto", hint)
+        extra["class_weights"] = inverse_frequency(targets, datamodule.num_classes)
+        log.info(
+            "model.class_weights=auto (inverse class frequency of the train split): %s",
+            extra["class_weights"],
+        )
+    if model_cfg.get("loss") == "logit_adjusted":
+        targets = datamodule.train_targets("model.loss=logit_adjusted")
+        extra["class_prior"] = class_prior(targets, datamodule.num_classes)
+    return extra
 
 
 def net_for_saved_weights(net_cfg, in_shape, num_classes: int):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from experiments.config.saved import parse_args
 from experiments.console import run_main
+from experiments.errors import UserError
 from experiments.model_card import calibration_temperature, write_model_card
 from experiments.runs.layout import RunDir, sidecar_epoch
 from experiments.saved_run import SavedRun
@@ -23,23 +24,34 @@ from experiments.saved_run import SavedRun
 log = logging.getLogger(__name__)
 
 USAGE = """\
-usage: python -m experiments.eval run_dir=<run folder> [ckpt=best|last|<file.pt>] [key=value ...]
+usage: python -m experiments.eval run_dir=<run folder> [ckpt=best|last|<file.pt>]
+           [posthoc_tau=<tau>] [key=value ...]
 
 Rebuilds the run's data (same split) and model from <run>/.hydra/config.yaml, loads the
 weights-only checkpoint (default best), runs the test split and writes
 <run>/eval_metrics.json (with test/ece, the expected calibration error over 15 bins, and
 after calibration test/ece_calibrated), reliability.png and model_card.md. Other key=value
 arguments override keys of the run's config, e.g. data.batch_size=256
-trainer.accelerator=cpu (+key=value adds a key)."""
+trainer.accelerator=cpu (+key=value adds a key). posthoc_tau=1.0 also reports
+test/posthoc/{acc,balanced_acc,macro_f1} after post-hoc logit adjustment (logits minus
+tau * log of the training split's class prior; for long-tailed data)."""
 
 
-def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] = ()) -> dict:
+def evaluate(
+    run_dir: str | Path,
+    ckpt: str = "best",
+    overrides: Sequence[str] = (),
+    posthoc_tau: float | None = None,
+) -> dict:
     """Test ``ckpt`` of the run in ``run_dir`` and write ``<run_dir>/eval_metrics.json``.
 
     Args:
         run_dir: a folder made by ``python -m experiments.train``.
         ckpt: ``best``, ``last`` or a path to a weights-only ``.pt`` state_dict.
         overrides: ``key=value`` changes to the run's config (keys must exist).
+        posthoc_tau: also report ``test/posthoc/<metric>`` on logits minus
+            ``posthoc_tau * log(class prior of the train split)`` (post-hoc logit
+            adjustment, Menon et al., 2021).
 
     Returns:
         The test metrics (``test/acc``, ``test/loss``, ...) as floats.
@@ -72,6 +84,8 @@ def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] =
             probs[f"T={temperature:.2f}"], labels
         )
     reliability_diagram(run.layout.reliability_png, {k: (p, labels) for k, p in probs.items()})
+    if posthoc_tau is not None:
+        metrics.update(_posthoc(run, logits, labels, posthoc_tau))
 
     sidecar = run.sidecar
     summary = {
@@ -86,6 +100,21 @@ def evaluate(run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] =
     _compare_with_training(run.layout, run.ckpt, metrics)
     write_model_card(run.path)
     return metrics
+
+
+def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:
+    import torch
+
+    from experiments.models.losses import class_prior
+    from experiments.models.metrics import summarize
+
+    k = run.datamodule.num_classes
+    prior = torch.tensor(class_prior(run.datamodule.train_targets("posthoc_tau"), k))
+    adjusted = logits - tau * prior.clamp_min(1e-12).log().float()
+    pairs = labels.long() * k + adjusted.argmax(dim=1)
+    matrix = torch.bincount(pairs, minlength=k * k).view(k, k)
+    values = summarize(matrix)
+    return {f"test/posthoc/{m}": float(values[m]) for m in ("acc", "balanced_acc", "macro_f1")}
 
 
 def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, float]) -> None:
@@ -110,8 +139,14 @@ def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, f
 
 
 def _main(argv: list[str]) -> None:
-    options, overrides = parse_args(argv, {"run_dir": None, "ckpt": "best"}, USAGE)
-    metrics = evaluate(options["run_dir"], options["ckpt"], overrides)
+    own = {"run_dir": None, "ckpt": "best", "posthoc_tau": ""}
+    options, overrides = parse_args(argv, own, USAGE)
+    tau = options["posthoc_tau"]
+    try:
+        tau = float(tau) if tau not in ("", None) else None
+    except ValueError:
+        raise UserError(f"posthoc_tau={tau!r} is not a number (1.0 is Menon et al.'s)") from None
+    metrics = evaluate(options["run_dir"], options["ckpt"], overrides, tau)
     for key in sorted(metrics):
         print(f"{key}={metrics[key]:.4f}")
     print(f"wrote {RunDir(options['run_dir']).eval_metrics}")

@@ -71,12 +71,15 @@ class SavedRun:
         """The LightningModule around ``net`` (no optimizer), for ``trainer.test``."""
         from hydra.utils import instantiate
 
+        from experiments.build import model_extras
+
         return instantiate(
             self.model_cfg,
             net=self.net,
             optimizer=None,
             scheduler=None,
             num_classes=self.datamodule.num_classes,
+            **model_extras(self.model_cfg, self.datamodule),
         )
 
     def trainer(self):

@@ -45,16 +45,48 @@ class FocalLoss(nn.Module):
         return (per_class * w).sum() / (soft * w).sum().clamp_min(1e-12)
 
 
+class LogitAdjustedLoss(nn.Module):
+    """Logit-adjusted cross-entropy (Menon et al., 2021, "Long-tail learning via logit
+    adjustment"): cross-entropy of ``logits + tau * log(prior)``. Training against the
+    prior's offsets leaves the raw logits estimating the balanced (class-uniform) posterior,
+    so the net is used as it is: nothing to apply at inference."""
+
+    def __init__(self, prior: Sequence[float], tau: float, label_smoothing: float = 0.0):
+        super().__init__()
+        offsets = float(tau) * torch.tensor(prior, dtype=torch.float32).clamp_min(1e-12).log()
+        self.register_buffer("offsets", offsets)
+        self.ce = nn.CrossEntropyLoss(label_smoothing=float(label_smoothing))
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return self.ce(logits + self.offsets.to(logits.dtype), target)
+
+
 def make_loss(
     name: str,
     label_smoothing: float,
     class_weights: Sequence[float] | None,
     focal_gamma: float,
+    class_prior: Sequence[float] | None = None,
+    tau: float = 1.0,
 ) -> nn.Module:
     weight = None if class_weights is None else torch.tensor(class_weights, dtype=torch.float32)
     if name == "focal":
         return FocalLoss(focal_gamma, weight, label_smoothing)
+    if name == "logit_adjusted":
+        if class_prior is None:
+            raise UserError("model.loss=logit_adjusted needs the class prior of the train split")
+        if weight is not None:
+            raise UserError(
+                "model.loss=logit_adjusted already balances: set model.class_weights=null"
+            )
+        return LogitAdjustedLoss(class_prior, tau, label_smoothing)
     return nn.CrossEntropyLoss(weight=weight, label_smoothing=float(label_smoothing))
+
+
+def class_prior(targets: Sequence[int], num_classes: int) -> list[float]:
+    """Each class's share of the training samples."""
+    counts = torch.bincount(torch.as_tensor(list(targets), dtype=torch.long), minlength=num_classes)
+    return (counts.double() / counts.sum().clamp_min(1)).tolist()
 
 
 def inverse_frequency(targets: Sequence[int], num_classes: int) -> list[float]:

@@ -55,6 +55,10 @@ class ClassificationModule(L.LightningModule):
         focal_gamma: focal loss' focusing exponent (0 is cross-entropy).
         class_weights: per-class loss weights; ``auto`` (inverse class frequency of the
             training split) is resolved by the builder, which sees the data.
+        logit_adjustment_tau: with ``loss=logit_adjusted``, the scale of the prior's
+            log added to the logits in the loss (Menon et al., 2021; 1 is theirs).
+        class_prior: each class's share of the training split; the builder gives it for
+            ``loss=logit_adjusted``.
         top_k: also log ``top<k>_acc``; ``auto`` is 5 when there are at least 10 classes.
         per_class_metrics: log precision and recall per class on val and test (up to 100
             classes).
@@ -79,7 +83,7 @@ class ClassificationModule(L.LightningModule):
         ema_decay: Annotated[float, Gt(0), Lt(1)] | None = None,
         channels_last: bool = False,
         monitor: str = "val/acc",
-        loss: Literal["cross_entropy", "focal"] = "cross_entropy",
+        loss: Literal["cross_entropy", "focal", "logit_adjusted"] = "cross_entropy",
         focal_gamma: Annotated[float, Ge(0)] = 2.0,
         class_weights: Sequence[float] | str | None = None,
         top_k: Annotated[int, Ge(1)] | Literal["auto"] | None = "auto",
@@ -89,6 +93,8 @@ class ClassificationModule(L.LightningModule):
         backbone_lr_scale: Annotated[float, Ge(0)] = 1.0,
         init_from: str | None = None,
         init_exclude: Sequence[str] = (),
+        logit_adjustment_tau: Annotated[float, Ge(0)] = 1.0,
+        class_prior: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
         freeze = [str(prefix) for prefix in freeze]  # `model.freeze=[0]` parses as an int
@@ -121,7 +127,10 @@ class ClassificationModule(L.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.scheduler_interval = scheduler_interval
-        self.loss_fn = make_loss(str(loss), float(label_smoothing), weights, focal_gamma)
+        self.loss_fn = make_loss(
+            str(loss), float(label_smoothing), weights, focal_gamma, class_prior,
+            logit_adjustment_tau,
+        )  # fmt: skip
         # one metric per stage: their states must not mix (nn.Module owns "train", so no ModuleDict)
         # training: accuracy and loss as plain sums; val/test: the confusion matrix
         self.train_totals = TrainTotals()
