@@ -146,3 +146,35 @@ def test_class_weights_on_a_dataset_without_targets_is_one_line_exit_2(tmp_path,
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
     assert "model.class_weights=auto" in lines[0] and ".targets" in lines[0]
+
+
+def test_the_logit_adjusted_loss_is_cross_entropy_of_logits_plus_tau_log_prior(make_cfg):
+    from experiments.models.losses import LogitAdjustedLoss, class_prior
+
+    prior = class_prior([0, 0, 0, 1, 2, 2], 3)
+    assert prior == pytest.approx([0.5, 1 / 6, 1 / 3])
+    logits, labels = torch.randn(5, 3), torch.tensor([0, 1, 2, 1, 0])
+    expected = torch.nn.functional.cross_entropy(logits + 2.0 * torch.tensor(prior).log(), labels)
+    assert torch.allclose(LogitAdjustedLoss(prior, 2.0)(logits, labels), expected)
+    # the builder gives the model the train split's prior
+    datamodule, model = datamodule_and_model(make_cfg("model.loss=logit_adjusted", *QUICK))
+    counts = Counter(datamodule.train_targets())
+    k = datamodule.num_classes
+    want = torch.tensor([counts[c] / sum(counts.values()) for c in range(k)]).log()
+    assert torch.allclose(model.loss_fn.offsets, want.float(), atol=1e-6)
+
+
+def test_posthoc_logit_adjustment_is_reported_by_eval(tmp_path, data_dir):
+    run = tmp_path / "run"
+    res = run_cli(
+        "-m", "experiments.train", "trainer.max_epochs=1", f"paths.data_dir={data_dir}",
+        f"hydra.run.dir={run}", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = run_cli("-m", "experiments.eval", f"run_dir={run}", "posthoc_tau=1.0", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    metrics = json.loads((run / "eval_metrics.json").read_text())
+    # digits are balanced: subtracting a near-uniform prior barely moves a prediction
+    assert abs(metrics["test/posthoc/acc"] - metrics["test/acc"]) < 0.02
+    res = run_cli("-m", "experiments.eval", f"run_dir={run}", "posthoc_tau=x", cwd=tmp_path)
+    assert res.returncode == 2 and "posthoc_tau='x' is not a number" in res.stderr

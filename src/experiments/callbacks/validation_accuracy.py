@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from experiments.models.metrics import log_to_loggers, summarize
+from experiments.models.metrics import summarize
 
 log = logging.getLogger(__name__)
 
@@ -20,21 +20,18 @@ class ValidationAccuracy(L.Callback):
 
     Each validation epoch it reads the confusion matrix the module keeps on the device
     (``ClassificationModule.val_stats``; no work of its own per step) and logs
-    ``val/acc_best`` and ``val/acc_class/<name>`` to every logger.
+    ``val/acc_best`` (each class's accuracy is its recall, ``val/recall/<name>``, which
+    the module logs; run dirs written before also hold it as ``val/acc_class/<name>``).
     At the end of fit it writes ``confusion_matrix.csv``/``.png`` (last validation
     epoch, rows = true class) and ``learning_curves.png`` into ``dirpath``.
 
     Args:
         dirpath: where the files go; None means the trainer's ``default_root_dir``.
-        log_per_class: log one accuracy per class (skipped above 100 classes).
         plots: write the PNG files (the CSV is always written).
     """
 
-    def __init__(
-        self, dirpath: str | None = None, log_per_class: bool = True, plots: bool = True
-    ) -> None:
+    def __init__(self, dirpath: str | None = None, plots: bool = True) -> None:
         self.dirpath = Path(dirpath) if dirpath else None
-        self.log_per_class = log_per_class
         self.plots = plots
         self.best: float | None = None
         self.epoch_acc: float | None = None
@@ -60,7 +57,6 @@ class ValidationAccuracy(L.Callback):
             return
         values = summarize(matrix)  # the numbers the module logs as val/acc, val/recall/<i>
         acc = float(values["acc"])
-        per_class = [float(values[f"recall/{i}"]) for i in range(matrix.shape[0])]
         self.epoch_acc = acc
         self.last_matrix = matrix.cpu()
         if math.isfinite(acc) and (self.best is None or acc > self.best):
@@ -69,10 +65,6 @@ class ValidationAccuracy(L.Callback):
         pl_module.log(
             "val/acc_best", self.best if self.best is not None else acc, rank_zero_only=True
         )
-        names = self._class_names(trainer, matrix.shape[0])
-        if self.log_per_class and len(names) <= 100:
-            values = {f"val/acc_class/{n}": v for n, v in zip(names, per_class, strict=True)}
-            log_to_loggers(trainer, values)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         metrics = trainer.callback_metrics
