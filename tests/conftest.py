@@ -129,3 +129,13 @@ def run_cli(
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env_extra or {})}
     return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
+
+
+def train_cli(run: Path, data_dir: Path, *overrides: str) -> Path:
+    """A finished run in ``run``: ``python -m experiments.train`` with ``overrides``."""
+    res = run_cli(
+        "-m", "experiments.train", *overrides, f"paths.data_dir={data_dir}",
+        f"hydra.run.dir={run}", cwd=run.parent,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    return run

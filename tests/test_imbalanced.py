@@ -22,7 +22,7 @@ from experiments.errors import UserError, find_user_error
 from experiments.models.losses import FocalLoss, inverse_frequency
 from experiments.models.metrics import ConfusionStats, summarize
 from experiments.train import train
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, train_cli
 
 QUICK = ["logger=none", "data.num_workers=0", "seed=0"]
 
@@ -165,12 +165,7 @@ def test_the_logit_adjusted_loss_is_cross_entropy_of_logits_plus_tau_log_prior(m
 
 
 def test_posthoc_logit_adjustment_is_reported_by_eval(tmp_path, data_dir):
-    run = tmp_path / "run"
-    res = run_cli(
-        "-m", "experiments.train", "trainer.max_epochs=1", f"paths.data_dir={data_dir}",
-        f"hydra.run.dir={run}", cwd=tmp_path,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-2000:]
+    run = train_cli(tmp_path / "run", data_dir, "trainer.max_epochs=1")
     res = run_cli("-m", "experiments.eval", f"run_dir={run}", "posthoc_tau=1.0", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     metrics = json.loads((run / "eval_metrics.json").read_text())

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, train_cli
 
 sys.path.insert(0, str(REPO / "scripts"))
 import get_weights  # noqa: E402
@@ -95,13 +95,7 @@ def finished_run(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("ship")
     export_digits(root / "data" / "digits")
-    run = root / "run"
-    res = run_cli(
-        "-m", "experiments.train", "trainer.max_epochs=4", f"paths.data_dir={root / 'data'}",
-        f"hydra.run.dir={run}", cwd=root,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-2000:]
-    return run
+    return train_cli(root / "run", root / "data", "trainer.max_epochs=4")
 
 
 def _copy(run, tmp_path):
