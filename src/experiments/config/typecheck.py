@@ -19,11 +19,13 @@ from experiments.config.signatures import Param, resolve
 class Type:
     """What a type hint admits of the values a config can hold."""
 
-    kind: str  # any, none, int, float, bool, str, list, dict, object, literal, union
+    kind: str  # any, none, int, float, bool, str, list, dict, object, literal, union, ref
     values: tuple = ()  # literal: the choices; union: the member Types
     bounds: tuple = ()  # hints.Bound instances every number must satisfy
 
     def admits(self, value: Any) -> bool:
+        if self.kind == "ref":
+            return self.resolved().admits(value)
         if self.kind == "union":
             return any(t.admits(value) for t in self.values)
         ok = _ADMITS[self.kind](self, value)
@@ -35,7 +37,16 @@ class Type:
         parts = self._parts()
         return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} or {parts[-1]}"
 
+    def resolved(self) -> Type:
+        """A name's Type, found in source only when a check needs it: most values match an
+        earlier member of their union (a str for ``Union[str, Accelerator]``), and reading
+        the module a name comes from is the slow part of checking a config."""
+        expr, module, depth = self.values
+        return _bounded(_resolve_name(expr, module, depth), self.bounds)
+
     def _parts(self) -> list[str]:
+        if self.kind == "ref":
+            return self.resolved()._parts()
         if self.kind == "union":
             parts = [p for t in self.values for p in t._parts()]
             return list(dict.fromkeys(parts))  # Lightning's precision lists 16 twice
@@ -104,7 +115,13 @@ def _type(expr: ast.expr | None, module: str, depth: int) -> Type:
         return ANY
     if name == "Callable":
         return Type("object")
-    found = resolve(module, expr) if isinstance(expr, ast.Name | ast.Attribute) else None
+    if not isinstance(expr, ast.Name | ast.Attribute):
+        return ANY
+    return Type("ref", (expr, module, depth))
+
+
+def _resolve_name(expr: ast.expr, module: str, depth: int) -> Type:
+    found = resolve(module, expr)
     if found is None:
         return ANY  # cannot be told from source (e.g. imported only for type checkers)
     if isinstance(found[0], ast.expr):  # a type alias
@@ -141,7 +158,7 @@ def _union(types: list[Type]) -> Type:
 def _bounded(inner: Type, bounds: tuple) -> Type:
     if inner.kind == "union":
         return Type("union", tuple(_bounded(t, bounds) for t in inner.values))
-    if inner.kind in ("int", "float"):
+    if inner.kind in ("int", "float", "ref"):
         return Type(inner.kind, inner.values, inner.bounds + bounds)
     return inner
 
