@@ -33,7 +33,10 @@ from tests.conftest import REPO, run_cli
         ("trainer.precision=15", "trainer.precision=15 is not valid: expected 64, 32, 16,"),
         ("optimizer.lr=-1", "optimizer.lr=-1 is not valid: expected float >= 0"),
         ("optimizer.lr=fast", "optimizer.lr='fast' is not valid: expected float >= 0"),
-        ("model.loss=hinge", "loss='hinge' is not valid: expected cross_entropy, focal or logit_adjusted"),
+        (
+            "model.loss=hinge",
+            "loss='hinge' is not valid: expected cross_entropy, focal or logit_adjusted",
+        ),
         (
             "model.ema_decay=1.0",
             "ema_decay=1 is not valid: expected float > 0 and < 1 or null",
