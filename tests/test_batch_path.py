@@ -27,7 +27,7 @@ def _batches(make_cfg, store: str, split: str):
 def test_stored_batches_equal_the_sample_by_sample_ones(make_cfg, split):
     dm, cut = _batches(make_cfg, "auto", split)
     _, collated = _batches(make_cfg, "false", split)
-    assert isinstance(dm._stores[split], TensorStore)
+    assert isinstance(dm.stores[split], TensorStore)
     subset = getattr(dm, f"{split}_set")  # stacked in one pass from the decoded PNGs
     assert store._whole(subset, subset[0][0].shape) is not None
     loader = dm.train_dataloader() if split == "train" else dm.val_dataloader()
@@ -40,10 +40,10 @@ def test_stored_batches_equal_the_sample_by_sample_ones(make_cfg, split):
 def test_random_augmentation_without_a_batch_form_keeps_train_sample_by_sample(make_cfg):
     dm = instantiate(make_cfg("augment=strong").data)  # TrivialAugment: per image only
     dm.setup("fit")
-    assert set(dm._stores) == {"val", "test"} and dm._augment_batch is None
+    assert set(dm.stores) == {"val", "test"} and dm.augment_batch is None
     dm = instantiate(make_cfg("augment=basic").data)  # shift + flip: whole batches
     dm.setup("fit")
-    assert set(dm._stores) == {"train", "val", "test"} and dm._augment_batch is not None
+    assert set(dm.stores) == {"train", "val", "test"} and dm.augment_batch is not None
 
 
 def test_batch_shift_is_a_crop_of_the_padded_image_within_the_padding():
@@ -154,7 +154,7 @@ def test_torchvision_sets_are_stacked_whole_and_equal_sample_by_sample(tmp_path,
         for i in range(len(subset)):
             xi, yi = subset[i]
             assert torch.equal(x[i], xi) and int(y[i]) == yi
-        assert torch.equal(dm._stores[split].x, x)
+        assert torch.equal(dm.stores[split].x, x)
 
 
 def test_a_transform_the_whole_array_cannot_take_falls_back_sample_by_sample(tmp_path):
@@ -177,7 +177,7 @@ def test_a_transform_the_whole_array_cannot_take_falls_back_sample_by_sample(tmp
     )
     dm.setup()
     assert store._whole(dm.val_set, dm.val_set[0][0].shape) is None
-    assert torch.equal(dm._stores["val"].x[3], dm.val_set[3][0])
+    assert torch.equal(dm.stores["val"].x[3], dm.val_set[3][0])
 
 
 def test_store_loader_shards_like_distributed_sampler_and_resumes_per_rank():

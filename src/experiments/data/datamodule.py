@@ -146,8 +146,10 @@ class ImageDataModule(L.LightningDataModule):
         self.sampler = sampler
         self.folds, self.fold = folds, fold
         self.tensor_store, self.device_resident = tensor_store, device_resident
-        self._stores: dict = {}  # split -> TensorStore (the batch-level path)
-        self._augment_batch: Callable | None = None
+        # set by store.plan at setup, read by the loaders: split -> TensorStore (the
+        # batch-level path), and that path's augmentation, run per batch on the device
+        self.stores: dict = {}
+        self.augment_batch: Callable | None = None
         self.stats: tuple[list[float], list[float]] | None = None
         self._mix: Callable | None = None
         self.train_set: Dataset | None = None
@@ -178,11 +180,14 @@ class ImageDataModule(L.LightningDataModule):
             cache=self.cache,
             transform=transform,
             target_transform=self.target_transform,
-            cache_samples=self._cache_samples(transform),
+            cache_samples=self.cache_samples(transform),
             cache_max_mb=self.cache_max_mb,
         )
 
-    def _cache_samples(self, transform: Callable | None) -> bool:
+    def cache_samples(self, transform: Callable | None) -> bool:
+        """Whether samples made with ``transform`` may be kept once made (the loader and
+        the tensor store ask too): ``data.cache_transformed``, ``auto`` when nothing in the
+        transforms is random."""
         if self.cache_transformed == "auto":
             return is_deterministic(transform) and is_deterministic(self.target_transform)
         return bool(self.cache_transformed)
@@ -213,7 +218,7 @@ class ImageDataModule(L.LightningDataModule):
             self.mean, self.std, self.stats_file, Subset(full_eval, train_idx)
         )
         self.class_names = sources.class_names(full_train)
-        self._stores, self._augment_batch = store.plan(self, full_eval, train_idx)
+        self.stores, self.augment_batch = store.plan(self, full_eval, train_idx)
         log.info(
             "data %s: %d train / %d val / %d test samples, %d classes, input %s",
             self.dataset if isinstance(self.dataset, str) else "custom",
@@ -227,8 +232,8 @@ class ImageDataModule(L.LightningDataModule):
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         x, y = batch  # (B, C, H, W), (B,) on the model's device
         trainer = getattr(self, "trainer", None)
-        if self._augment_batch is not None and trainer is not None and trainer.training:
-            x = self._augment_batch(x)  # the batch path's augmentation, before normalizing
+        if self.augment_batch is not None and trainer is not None and trainer.training:
+            x = self.augment_batch(x)  # the batch path's augmentation, before normalizing
         if self.stats is not None:
             x = normalize(x, *self.stats)
         if trainer is not None and trainer.training and (self.mixup_alpha or self.cutmix_alpha):

@@ -235,12 +235,12 @@ def loader(dm, split: str) -> DataLoader | StoreLoader:
     # DataLoader allows: sample by sample then, with the dataset's own augmentation
     overfitting = trainer is not None and bool(getattr(trainer, "overfit_batches", 0))
     if overfitting and split == "train":
-        dm._augment_batch = None
-    if split in dm._stores and not overfitting:  # Lightning checks every split then
+        dm.augment_batch = None
+    if split in dm.stores and not overfitting:  # Lightning checks every split then
         if trainer is not None:
             device = trainer.strategy.root_device
-            dm._stores[split] = store.resident(dm._stores[split], device, dm.device_resident, split)
-        data = dm._stores[split]
+            dm.stores[split] = store.resident(dm.stores[split], device, dm.device_resident, split)
+        data = dm.stores[split]
         train = split == "train"
         return StoreLoader(
             data,

@@ -211,7 +211,7 @@ def _eligible(dm, dataset: Dataset) -> bool:
         return dm.tensor_store
     if isinstance(dataset, TensorDataset):
         return True
-    return isinstance(dm.dataset, str) and dm._cache_samples(dm.eval_transform)
+    return isinstance(dm.dataset, str) and dm.cache_samples(dm.eval_transform)
 
 
 def plan(dm, full_eval: Dataset, train_idx: list[int]):
