@@ -422,3 +422,46 @@ def test_real_sweep_torn_metrics_is_skipped(sweep, tmp_path, monkeypatch, capsys
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "- sweep/0: metrics.json unreadable" in md
     assert sorted(r[2] for r in table_rows(md)) == ["2", "3"]
+
+
+def test_welchs_t_and_the_verdict_match_scipy():
+    from experiments.analysis.verdict import verdict, welch
+
+    stats = pytest.importorskip("scipy.stats")
+    cases = [
+        ([0.91, 0.92, 0.93], [0.80, 0.81, 0.79]),  # clearly better
+        ([0.91, 0.87, 0.93], [0.90, 0.86, 0.92]),  # seed noise
+        ([0.95, 0.96, 0.94, 0.95], [0.93, 0.97, 0.91]),  # unequal n and spread
+    ]
+    for a, b in cases:
+        t, df = welch(summarize(a), summarize(b))
+        ref = stats.ttest_ind(a, b, equal_var=False)
+        assert t == pytest.approx(ref.statistic, rel=1e-9)
+        assert df == pytest.approx(ref.df, rel=1e-9)
+        v = verdict("g1", "g2", summarize(a), summarize(b), "test/acc", "max")
+        # df rounded down: a slightly stricter test than Welch's own (never a looser one)
+        assert v.decided == (t > stats.t.ppf(0.975, math.floor(ref.df)))
+        if t > 0 and ref.pvalue >= 0.05:
+            assert not v.decided
+        assert ("beats g2" in v.text) == v.decided
+    clear = verdict("g1", "g2", summarize(cases[0][0]), summarize(cases[0][1]), "test/acc", "max")
+    noise = verdict("g1", "g2", summarize(cases[1][0]), summarize(cases[1][1]), "test/acc", "max")
+    assert clear.decided and clear.seeds_needed is None
+    assert not noise.decided and noise.seeds_needed > 3 and "seeds per group" in noise.text
+    lower = verdict("g1", "g2", summarize([0.1, 0.11, 0.12]), summarize([0.3, 0.31, 0.29]),
+                    "val/loss", "min")  # fmt: skip
+    assert lower.decided  # with mode=min, lower is better
+    single = verdict("g1", "g2", summarize([0.9]), summarize([0.8, 0.7]), "test/acc", "max")
+    assert not single.decided and "at least 2 seeds" in single.text
+
+
+@pytest.mark.slow
+def test_real_sweep_gets_a_seed_verdict_and_a_latex_table(sweep, tmp_path):
+    res = run_cli("-m", "experiments.compare", str(sweep), "out=cmp", "--latex", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith("Seed verdict: g1 ")]
+    assert "g2 on test/acc at 95%" in line and "seeds 3 and 3" in line
+    assert ("beats" in line) != ("does not beat" in line)
+    tex = (tmp_path / "cmp" / "compare.tex").read_text()
+    assert tex.count("\\\\") == 3 and "\\begin{tabular}" in tex  # header + 2 groups
+    assert "optimizer.lr" in tex and "$\\pm$" in tex and "\\textbf{" in tex

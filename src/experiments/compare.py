@@ -58,7 +58,7 @@ from experiments.errors import UserError, exit_with
 
 USAGE = """\
 usage: python -m experiments.compare <path> [<path> ...] [metric=test/acc] [mode=max|min]
-                                     [out=<folder>] [ignore=<key>,<key>...]
+                                     [out=<folder>] [ignore=<key>,<key>...] [--latex]
 
 Groups the finished runs found under the paths (run folders, sweep folders or any folder
 above runs, searched recursively, or glob patterns) by their saved config, leaving out
@@ -75,6 +75,12 @@ the one folder given, else <their common folder>/compare).
   out=<folder>      where to write compare.md, compare.csv, compare.png (also --out=<folder>;
                     default: next to the inputs)
   ignore=<keys>     more config keys (comma-separated, dotted) to leave out of the grouping
+  --latex           also write compare.tex: the table as LaTeX (mean ± 95% CI, seeds)
+
+With two groups or more a seed verdict follows the table: whether the best group beats
+the runner-up at 95% (Welch's t-test on the metric over their seeds), and when it does
+not, about how many seeds per group would decide it (80% power at the observed
+difference).
 
 Runs whose metrics.json or config cannot be read, or that lack the metric, are skipped and
 listed. Exit status 2 when no run can be compared."""
@@ -91,6 +97,8 @@ def default_out(paths: list[str]) -> Path:
 
 def _main(argv: list[str]) -> None:
     argv = [("out=" + a.split("=", 1)[1]) if a.startswith("--out=") else a for a in argv]
+    tex = "--latex" in argv
+    argv = [a for a in argv if a != "--latex"]
     own = {"metric": "test/acc", "mode": "max", "out": "", "ignore": ""}
     help_args = {"-h", "--help", "help"}
     options_args = [a for a in argv if a in help_args or ("=" in a and a.partition("=")[0] in own)]
@@ -99,7 +107,7 @@ def _main(argv: list[str]) -> None:
     ignore = [k for k in options["ignore"].split(",") if k.strip()]
     comparison = compare(paths, options["metric"], options["mode"], ignore)
     out = options["out"] or default_out(paths)
-    wrote = write_report(comparison, out)  # first: `| head` cannot stop it
+    wrote = write_report(comparison, out, tex)  # first: `| head` cannot stop it
     print(markdown(comparison, runs_section=False), end="")
     for line in wrote:
         print(line)

@@ -9,6 +9,7 @@ from typing import Any
 
 from experiments.analysis.runs import Run, find_runs, identity, is_number, read_run, skipped_line
 from experiments.analysis.stats import Stats, summarize
+from experiments.analysis.verdict import Verdict, verdict
 from experiments.errors import UserError
 from experiments.tracking.sweep_summary import best_first
 
@@ -42,6 +43,14 @@ class Comparison:
     @property
     def best(self) -> Group:
         return self.groups[0]
+
+    def seed_verdict(self) -> Verdict | None:
+        """Whether the best group beats the runner-up at 95% given the seeds run."""
+        if len(self.groups) < 2:
+            return None
+        a, b = self.groups[0], self.groups[1]
+        return verdict(a.name, b.name, a.stats[self.metric], b.stats[self.metric],
+                       self.metric, self.mode)  # fmt: skip
 
 
 def compare(

@@ -69,6 +69,9 @@ def markdown(comparison: Comparison, runs_section: bool = True) -> str:
             if m == c.metric:
                 cells.append("—" if s.ci_low is None else f"[{cell(s.ci_low)}, {cell(s.ci_high)}]")
         lines.append("| " + " | ".join(cells) + " |")
+    seed_verdict = c.seed_verdict()
+    if seed_verdict is not None:
+        lines += ["", seed_verdict.text[0].upper() + seed_verdict.text[1:] + "."]
     notes = _notes(c)
     if notes:
         lines += [""] + [f"Note: {n}" for n in notes]
@@ -205,11 +208,17 @@ def plot_curves(comparison: Comparison, path: Path, column: str = CURVE_METRIC) 
     return n_curves
 
 
-def write_report(comparison: Comparison, out: str | Path) -> list[str]:
-    """Write compare.md, compare.csv and compare.png into ``out``; return lines to print."""
+def write_report(comparison: Comparison, out: str | Path, tex: bool = False) -> list[str]:
+    """Write compare.md, compare.csv and compare.png (and compare.tex with ``tex``) into
+    ``out``; return lines to print."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"out={out} is a file, not a folder")
+    if tex:
+        from experiments.analysis.verdict import latex
+
+        table_tex = latex(comparison)
+        atomic_write(out / "compare.tex", lambda f: f.write(table_tex.encode()))
     md = markdown(comparison)
     atomic_write(out / "compare.md", lambda f: f.write(md.encode()))
     table = csv_text(comparison)
@@ -220,6 +229,8 @@ def write_report(comparison: Comparison, out: str | Path) -> list[str]:
     png = out / "compare.png"
     n_curves = plot_curves(comparison, png, column)
     wrote = [str(out / "compare.md"), str(out / "compare.csv")]
+    if tex:
+        wrote.append(str(out / "compare.tex"))
     if n_curves:
         wrote.append(str(png))
         lines = [f"wrote {', '.join(wrote)} ({column} curves of {n_curves} of {n_runs} runs)"]
