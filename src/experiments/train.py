@@ -211,6 +211,7 @@ def main(cfg: DictConfig) -> float | None:
     from experiments.runs.files import write_error
     from experiments.runs.sweep import earlier_sweep_job
     from experiments.secrets import redact_saved_config
+    from experiments.tracking.sweep_summary import stopped_by_a_rule
     from experiments.utils import print_config_tree, process_rank, quiet_console
 
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -222,6 +223,8 @@ def main(cfg: DictConfig) -> float | None:
         else:  # a DDP rank Lightning re-launched: rank 0 speaks for all
             quiet_console()
         kept = earlier_sweep_job(cfg) if multirun else None
+        if multirun and kept is None and stopped_by_a_rule(cfg):
+            return None
         if kept is not None:
             metrics = kept
         elif cfg.get("cv") and cfg.cv.get("folds"):

@@ -31,6 +31,9 @@ class SweepOptions:
 
     retry_failed: bool = True
     force: bool = False
+    max_jobs: Annotated[int, Ge(1)] | None = None
+    target: str | None = None  # e.g. "val/acc>=0.99" (runs.sweep.parse_target)
+    time_budget: str | float | None = None  # seconds or HH:MM:SS (runs.sweep.parse_budget)
 
 
 @dataclass(frozen=True)

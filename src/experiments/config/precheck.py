@@ -99,6 +99,8 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         hint = ""
         if any("=~" in o for o in overrides):
             hint = "; quote a value that starts with ~ (a home-folder path): key='~/file'"
+        elif any(c in o.partition("=")[2] for o in overrides for c in "<>"):
+            hint = "; quote a value with < or > for Hydra: \"sweep.target='val/acc>=0.99'\""
         raise UserError(f"cannot parse override: {one_line(err)}{hint}") from None
     for override in parsed:
         key = override.get_key_element().lstrip("+~")

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from experiments.config.signatures import Signature, signature, target_problem
 from experiments.config.typecheck import show, type_of
 from experiments.errors import UserError
+from experiments.runs.sweep import parse_budget, parse_target
 
 # keys Hydra's instantiate reads itself, and our switch for callbacks (see build.callbacks)
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_", "enabled"})
@@ -138,6 +139,10 @@ def _cross_key_rules(cfg: DictConfig) -> None:
             f"scheduler.warmup_epochs={warmup} is not valid: the warmup must be shorter than the "
             f"run (trainer.max_epochs={epochs})"
         )
+    for key, parse in (("sweep.target", parse_target), ("sweep.time_budget", parse_budget)):
+        value = _select(cfg, key)
+        if value is not None:
+            parse(value)
     metric = cfg.get("optimized_metric")
     if metric is not None and "/" not in str(metric):
         raise UserError(

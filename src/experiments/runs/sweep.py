@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,7 @@ class Manifest:
     config_hash: str
     sweeper: str = ""
     command: list[str] = field(default_factory=list)
+    started: float = 0.0  # when this run of the sweep began (sweep.time_budget counts from it)
 
     def same_sweep(self, other: Manifest) -> bool:
         return self.fixed == other.fixed and self.config_hash == other.config_hash
@@ -95,8 +98,8 @@ def claim(sweep_dir: Path, mine: Manifest, force: bool) -> bool:
         log.warning("sweep.force=true: the search space of %s changed; adding trials", sweep_dir)
     lock = RunLock(sweep_dir).acquire()  # refuses a dir another live sweep runs in
     _held.append(lock)
-    if theirs is None or theirs.space != mine.space:
-        write_json(path, asdict(mine))
+    mine.started = time.time()
+    write_json(path, asdict(mine))
     return theirs is not None
 
 
@@ -104,7 +107,10 @@ def _read(path: Path) -> Manifest:
     try:
         data = json.loads(path.read_text())
         known = {k: data[k] for k in ("fixed", "space", "config_hash")}
-        return Manifest(**known, sweeper=data.get("sweeper", ""), command=data.get("command", []))
+        return Manifest(
+            **known, sweeper=data.get("sweeper", ""), command=data.get("command", []),
+            started=float(data.get("started") or 0.0),
+        )  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"{path} is unreadable ({err}); choose another hydra.sweep.dir") from None
 
@@ -164,4 +170,76 @@ def earlier_sweep_job(cfg) -> dict | None:
                  extra={"sweep_line": True})  # fmt: skip
         with open_dict(cfg):
             cfg.resume = str(found)
+    return None
+
+
+# -- stop rules: checked by each job as it starts, so they hold for every launcher -----
+
+TARGET = re.compile(
+    r"^\s*([\w./-]+)\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$"
+)
+OPS = {">=": float.__ge__, ">": float.__gt__, "<=": float.__le__, "<": float.__lt__}
+
+
+def parse_target(text: Any) -> tuple[str, str, float]:
+    """``"val/acc>=0.99"`` -> ``("val/acc", ">=", 0.99)``.
+
+    Raises:
+        UserError: not ``<metric><op><number>``.
+    """
+    found = TARGET.match(str(text)) if isinstance(text, str) else None
+    if found is None or "/" not in found.group(1):
+        raise UserError(
+            f"sweep.target={text!r} is not valid: expected <stage/metric><op><number> with op "
+            f">=, >, <= or <, e.g. \"sweep.target='val/acc>=0.99'\" (quotes for Hydra and shell)"
+        )
+    return found.group(1), found.group(2), float(found.group(3))
+
+
+def parse_budget(value: Any) -> float:
+    """``sweep.time_budget`` in seconds: a number of seconds or ``HH:MM:SS``.
+
+    Raises:
+        UserError: anything else, or not positive.
+    """
+    seconds = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and re.fullmatch(r"\d+:\d{1,2}:\d{1,2}", value.strip()):
+        h, m, s = (int(p) for p in value.strip().split(":"))
+        seconds = float(h * 3600 + m * 60 + s)
+    if seconds is None or seconds <= 0:
+        raise UserError(
+            f"sweep.time_budget={value!r} is not valid: expected seconds (e.g. 3600) or "
+            f"HH:MM:SS (e.g. 01:30:00), more than 0"
+        )
+    return seconds
+
+
+def stop_reason(cfg, sweep_dir: Path, job_num: int) -> str | None:
+    """Why job ``job_num`` of the sweep in ``sweep_dir`` is not run (a stop rule of
+    ``cfg.sweep`` holds), or None to run it."""
+    from omegaconf import OmegaConf
+
+    rules = OmegaConf.select(cfg, "sweep", default=None) or {}
+    max_jobs, target, budget = (rules.get(k) for k in ("max_jobs", "target", "time_budget"))
+    if max_jobs is not None and job_num >= int(max_jobs):
+        return f"sweep.max_jobs={max_jobs} reached"
+    if budget is not None:
+        manifest = _read_json(Path(sweep_dir) / MANIFEST) or {}
+        started = float(manifest.get("started") or 0.0)
+        if started and time.time() - started > parse_budget(budget):
+            return f"sweep.time_budget={budget} spent"
+    if target is not None:
+        metric, op, value = parse_target(target)
+        for job_file in sorted(Path(sweep_dir).glob(f"*/{JOB_FILE}")):
+            job = _read_json(job_file)
+            if not isinstance(job, dict) or job.get("status") != "ok":
+                continue
+            got = RunDir(job_file.parent).best_value(metric)
+            if got is None:
+                metrics = _read_json(job_file.parent / "metrics.json")
+                got = metrics.get(metric) if isinstance(metrics, dict) else None
+            if isinstance(got, int | float) and OPS[op](float(got), value):
+                return f"sweep.target={target} reached by job {job.get('num')} ({got:.4f})"
     return None

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from experiments.compat.hydra import job_outcome
 from experiments.runs.files import atomic_write, write_json
 from experiments.runs.layout import RunDir
-from experiments.runs.sweep import JOB_FILE, KEPT
+from experiments.runs.sweep import JOB_FILE, KEPT, stop_reason
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,19 @@ def record_interrupted(config: DictConfig, reason: str) -> None:
     _write_job(hydra_cfg, hydra_cfg.overrides.task, "interrupted", reason[:300], None, None)
     sweep_dir = Path(hydra_cfg.sweep.dir)
     show_summary(sweep_dir, write_summary(sweep_dir, *_metric(config)))
+
+
+def stopped_by_a_rule(config: DictConfig) -> bool:
+    """A stop rule of ``sweep.*`` holds for this job (``runs.sweep.stop_reason``): it is
+    recorded as ``stopped``, with the rule, and not run."""
+    hydra_cfg = HydraConfig.get()
+    reason = stop_reason(config, Path(hydra_cfg.sweep.dir), int(hydra_cfg.job.num))
+    if reason is None:
+        return False
+    _write_job(hydra_cfg, hydra_cfg.overrides.task, "stopped", reason[:300], None, None)
+    KEPT.add(str(Path(hydra_cfg.runtime.output_dir)))  # on_job_end leaves this record as it is
+    log.info("job %s not run: %s", hydra_cfg.job.num, reason, extra={"sweep_line": True})
+    return True
 
 
 def _trial_number(hydra_cfg) -> int | None:
@@ -210,13 +223,16 @@ def table_cell(value: Any) -> str:
 def _markdown(rows, fields, metric, mode) -> str:
     ok = sum(r["status"] == "ok" for r in rows)
     pruned = sum(str(r["status"]).startswith("pruned") for r in rows)
-    stopped = sum(r["status"] == "interrupted" for r in rows)
+    interrupted = sum(r["status"] == "interrupted" for r in rows)
+    not_run = [r for r in rows if r["status"] == "stopped"]
     counts = f"{ok} ok, {pruned} pruned" if pruned else f"{ok} ok"
-    counts += f", {stopped} interrupted" if stopped else ""
-    head = (
-        f"# Sweep summary\n\n{len(rows)} jobs, {counts}, {len(rows) - ok - pruned - stopped} "
-        f"failed; sorted by {metric} ({mode}).\n\n"
-    )
+    counts += f", {interrupted} interrupted" if interrupted else ""
+    counts += f", {len(not_run)} not run" if not_run else ""
+    failed = len(rows) - ok - pruned - interrupted - len(not_run)
+    head = f"# Sweep summary\n\n{len(rows)} jobs, {counts}, {failed} failed; "
+    head += f"sorted by {metric} ({mode}).\n\n"
+    if not_run:
+        head += f"Stopped early: {'; '.join(sorted({r['error'] for r in not_run}))[:400]}.\n\n"
     shown = [f for f in fields if f != "dir"]
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     lines += ["| " + " | ".join(table_cell(r[f]) for f in shown) + " |" for r in rows]
