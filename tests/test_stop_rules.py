@@ -89,3 +89,16 @@ def test_parse_target_refuses_what_it_cannot_read():
     for bad in ("val/acc", "val/acc>=", ">=0.9", "val/acc=>0.9", 0.9, None):
         with pytest.raises(UserError):
             parse_target(bad)
+
+
+@pytest.mark.slow
+def test_the_optuna_sweeper_asks_for_no_trial_after_a_rule_holds(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    res = run_cli(
+        "-m", "experiments.train", "-m", "hparams_search=optuna", "hydra.sweeper.n_trials=6",
+        "sweep.max_jobs=2", "debug=limit", f"paths.data_dir={data_dir}",
+        f"hydra.sweep.dir={sweep}", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = _rows(sweep)  # 2 trials ran, the third found the rule, no fourth was asked for
+    assert [rows[j]["status"] for j in sorted(rows)] == ["ok", "ok", "stopped"]

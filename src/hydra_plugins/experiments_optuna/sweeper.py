@@ -33,6 +33,15 @@ from experiments.tracking.optuna_study import TRIAL_ENV, open_study
 log = logging.getLogger(__name__)
 
 
+def _stopped(ret) -> bool:
+    """The job did not run: a stop rule (sweep.max_jobs, target, time_budget) held."""
+    try:
+        job = json.loads((Path(ret.hydra_cfg.hydra.runtime.output_dir) / "job.json").read_text())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(job, dict) and job.get("status") == "stopped"
+
+
 class SweepFailed(Exception):
     """Some trials failed (the others ran; see the sweep summary)."""
 
@@ -190,7 +199,10 @@ class OptunaSweeper(Sweeper):
                         errors.append(err)
                     return
                 with lock:
-                    if not self._tell(study, trial, ret):
+                    if _stopped(ret):  # a stop rule of sweep.* holds: ask for no more trials
+                        study.tell(trial, state=_states().FAIL)
+                        todo["left"] = 0
+                    elif not self._tell(study, trial, ret):
                         failures.append(trial.number)
 
         threads = [
