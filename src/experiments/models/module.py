@@ -55,10 +55,8 @@ class ClassificationModule(L.LightningModule):
         focal_gamma: focal loss' focusing exponent (0 is cross-entropy).
         class_weights: per-class loss weights; ``auto`` (inverse class frequency of the
             training split) is resolved by the builder, which sees the data.
-        logit_adjustment_tau: with ``loss=logit_adjusted``, the scale of the prior's
-            log added to the logits in the loss (Menon et al., 2021; 1 is theirs).
-        class_prior: each class's share of the training split; the builder gives it for
-            ``loss=logit_adjusted``.
+        logit_adjustment_tau: ``loss=logit_adjusted``'s tau (Menon et al., 2021: 1).
+        class_prior: each class's share of the training split (given by the builder).
         top_k: also log ``top<k>_acc``; ``auto`` is 5 when there are at least 10 classes.
         per_class_metrics: log precision and recall per class on val and test (up to 100
             classes).
@@ -127,10 +125,8 @@ class ClassificationModule(L.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.scheduler_interval = scheduler_interval
-        self.loss_fn = make_loss(
-            str(loss), float(label_smoothing), weights, focal_gamma, class_prior,
-            logit_adjustment_tau,
-        )  # fmt: skip
+        smoothing, tau = float(label_smoothing), logit_adjustment_tau
+        self.loss_fn = make_loss(str(loss), smoothing, weights, focal_gamma, class_prior, tau)
         # one metric per stage: their states must not mix (nn.Module owns "train", so no ModuleDict)
         # training: accuracy and loss as plain sums; val/test: the confusion matrix
         self.train_totals = TrainTotals()
@@ -142,8 +138,6 @@ class ClassificationModule(L.LightningModule):
         finetune.freeze_for_good(net, freeze)
         self.freeze_backbone_epochs = int(freeze_backbone_epochs)
         self.backbone_lr_scale = float(backbone_lr_scale)
-        if self.freeze_backbone_epochs < 0 or self.backbone_lr_scale < 0:
-            raise UserError("model.freeze_backbone_epochs and model.backbone_lr_scale must be >= 0")
         fine_tuning = self.freeze_backbone_epochs > 0 or self.backbone_lr_scale != 1.0
         self.head = finetune.resolve_head(net, head) if fine_tuning or init_from else None
         self.init_from, self.init_exclude = init_from, [str(p) for p in init_exclude]

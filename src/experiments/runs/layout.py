@@ -104,6 +104,20 @@ class RunDir:
         return self.path / "env.json"
 
     @property
+    def git_diff(self) -> Path:
+        """The checkout's uncommitted changes when the run started (only when there were)."""
+        return self.path / "git.diff"
+
+    @property
+    def requirements(self) -> Path:
+        """Every installed distribution as name==version, for reproduce.sh."""
+        return self.path / "requirements.txt"
+
+    @property
+    def reproduce_script(self) -> Path:
+        return self.path / "reproduce.sh"
+
+    @property
     def saved_config(self) -> Path:
         return self.path / ".hydra" / "config.yaml"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.runs.files import atomic_write, write_json
+from experiments.runs.layout import RunDir
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout the package runs from
 
@@ -38,6 +39,7 @@ def start_git_probe() -> Callable[[], dict[str, Any]]:
         result["git_commit"] = commit.strip() if commit else None
         result["git_dirty"] = bool(status.strip()) if status is not None else None
         result["diff"] = (_git("diff", "HEAD") or "") if result["git_dirty"] else None
+        result["requirements"] = _installed()
 
     thread = threading.Thread(target=probe, daemon=True)
     thread.start()
@@ -47,6 +49,19 @@ def start_git_probe() -> Callable[[], dict[str, Any]]:
         return result
 
     return get
+
+
+def _installed() -> list[str]:
+    """``name==version`` of every installed distribution but this project (installed from
+    the checkout that reproduce.sh checks out)."""
+    from importlib.metadata import distributions
+
+    found = {}
+    for dist in distributions():
+        name = dist.metadata["Name"]
+        if name and name.lower() != "experiments":
+            found[name.lower()] = f"{name}=={dist.version}"
+    return sorted(found.values())
 
 
 def environment(seed: Any, device: str, git: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -81,11 +96,74 @@ def environment(seed: Any, device: str, git: dict[str, Any] | None = None) -> di
 def write_environment(
     run_dir: Path, seed: Any, device: str, git: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Write ``env.json`` (and ``git.diff`` when the checkout has uncommitted changes)."""
+    """Write ``env.json``, ``git.diff`` when the checkout has uncommitted changes,
+    ``requirements.txt`` and ``reproduce.sh``."""
     git = git if git is not None else start_git_probe()()
     env = environment(seed, device, git)
-    write_json(run_dir / "env.json", env)
+    layout = RunDir(run_dir)
+    write_json(layout.env, env)
     if env["git_dirty"]:
         diff = git.get("diff") or ""
-        atomic_write(run_dir / "git.diff", lambda f: f.write(diff.encode()))
+        atomic_write(layout.git_diff, lambda f: f.write(diff.encode()))
+    requirements = "\n".join(git.get("requirements") or []) + "\n"
+    atomic_write(layout.requirements, lambda f: f.write(requirements.encode()))
+    script = reproduce_script(env, run_overrides())
+    atomic_write(layout.reproduce_script, lambda f: f.write(script.encode()))
+    layout.reproduce_script.chmod(0o755)
     return env
+
+
+# overrides that say where a run went or what it resumed, not what it computed
+NOT_REPRODUCED = ("hydra.run.dir=", "hydra.sweep.dir=", "paths.output_dir=", "resume=")
+
+
+def run_overrides() -> list[str]:
+    """This run's own overrides: Hydra's task overrides (a sweep job's are its own values),
+    else the command line's ``key=value`` arguments; without output places and resume."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task)
+    except Exception:  # not under Hydra's main
+        overrides = [a for a in sys.argv[1:] if "=" in a]
+    return [o for o in overrides if not o.lstrip("+~").startswith(NOT_REPRODUCED)]
+
+
+def reproduce_script(env: dict[str, Any], overrides: list[str]) -> str:
+    """``reproduce.sh``: check out the commit, apply git.diff, rebuild the environment from
+    requirements.txt, run the same overrides into a new folder."""
+    import shlex
+
+    from experiments.secrets import redact_argv
+
+    args = " ".join(shlex.quote(a) for a in redact_argv(overrides))
+    commit = env.get("git_commit") or ""
+    at = commit or "(unknown: not run from a git checkout)"
+    at += " with git.diff" if env.get("git_dirty") else ""
+    versions = f"python {env.get('python')}, torch {env.get('torch')}"
+    return f"""#!/usr/bin/env bash
+# Reproduce this run: python -m experiments.train {args}
+# at commit {at}, {versions}.
+#   bash reproduce.sh <a clone of the repository> [<output folder>]
+# It checks out the commit in that clone (which must have no changes of its own), applies
+# git.diff when there is one, installs requirements.txt into <clone>/.venv-reproduce (set
+# REPRODUCE_PYTHON=<python> to use an environment you already have), and trains into
+# <output folder> (default: <this run>/reproduced). Compare with experiments-verify.
+set -euo pipefail
+RUN_DIR="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+REPO="$(cd "${{1:?usage: bash reproduce.sh <a clone of the repository> [<output folder>]}}" && pwd)"
+OUT="${{2:-$RUN_DIR/reproduced}}"
+COMMIT={shlex.quote(commit)}
+cd "$REPO"
+if [ -n "$COMMIT" ]; then git checkout --quiet --detach "$COMMIT"; fi
+if [ -f "$RUN_DIR/git.diff" ] && [ -s "$RUN_DIR/git.diff" ]; then git apply "$RUN_DIR/git.diff"; fi
+PY="${{REPRODUCE_PYTHON:-}}"
+if [ -z "$PY" ]; then
+  python3 -m venv .venv-reproduce
+  .venv-reproduce/bin/pip install -q -r "$RUN_DIR/requirements.txt"
+  .venv-reproduce/bin/pip install -q --no-deps -e .
+  PY=.venv-reproduce/bin/python
+fi
+PYTHONPATH="$REPO/src${{PYTHONPATH:+:$PYTHONPATH}}" \\
+  "$PY" -m experiments.train {args} "hydra.run.dir=$OUT"
+"""

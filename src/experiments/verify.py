@@ -1,0 +1,199 @@
+"""``python -m experiments.verify``: train a finished run again from its saved overrides in a
+temporary folder and say whether it comes out the same -- metrics and weights bit for bit
+on the machine that ran it, within a printed tolerance on another.
+
+Examples:
+    python -m experiments.verify run_dir=outputs/train/runs/2025-01-01_12-00-00_000000
+    python -m experiments.verify run_dir=<run> steps=20
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from experiments.config.saved import parse_args
+from experiments.console import run_main
+from experiments.errors import UserError
+from experiments.runs.layout import RunDir
+from experiments.runs.provenance import NOT_REPRODUCED, start_git_probe
+
+USAGE = """\
+usage: python -m experiments.verify run_dir=<run folder> [steps=N]
+
+Runs python -m experiments.train again with the run's own overrides (.hydra/overrides.yaml)
+in a temporary folder, with the code installed here, and compares: the whole run's
+metrics.json values and the tensors of checkpoints/best.pt and last.pt; with steps=N only
+the first N training steps, by the losses logged at those steps (csv/metrics.csv). On the
+machine env.json names they must be equal bit for bit; on another, within a relative
+tolerance of 1e-5 (printed). Exit 0 when they match, 1 when they differ (each difference
+printed), 2 on a run folder that cannot be verified."""
+
+VOLATILE = ("wall_time_s", "run_dir", "seed", "epochs", "global_step")  # not results
+TOLERANCE = 1e-5  # relative, when another machine runs it
+
+
+def verify(run_dir: str | Path, steps: int | None = None) -> dict:
+    """Re-run and compare; returns ``{"match", "exact", "compared", "differences", "notes"}``.
+
+    Raises:
+        UserError: no env.json or saved overrides, a dirty run without git.diff.
+    """
+    layout = RunDir(run_dir)
+    env = _json(layout.env)
+    if not env or not layout.saved_overrides.is_file():
+        raise UserError(
+            f"{layout.path}: no saved command to verify (env.json and .hydra/overrides.yaml "
+            f"are written when python -m experiments.train starts a run)"
+        )
+    if env.get("git_dirty") and not layout.git_diff.is_file():
+        raise UserError(
+            f"{layout.path}: the run started from uncommitted changes and its git.diff is "
+            f"missing, so the code it ran cannot be known"
+        )
+    if steps is None and not layout.metrics.is_file():
+        raise UserError(f"{layout.path}: the run did not finish (no metrics.json); give steps=N")
+    overrides = yaml.safe_load(layout.saved_overrides.read_text()) or []
+    overrides = [o for o in overrides if not o.lstrip("+~").startswith(NOT_REPRODUCED)]
+    exact = env.get("hostname") == socket.gethostname()
+    notes = []
+    here = start_git_probe()().get("git_commit")
+    if env.get("git_commit") and here and here != env["git_commit"]:
+        notes.append(f"the code here is commit {here[:10]}, the run's was {env['git_commit'][:10]}")
+    if env.get("git_dirty"):
+        notes.append("the run had uncommitted changes (git.diff); the code here is used as it is")
+    with tempfile.TemporaryDirectory(prefix="verify-") as tmp:
+        again = Path(tmp) / "run"
+        extra = [f"++trainer.max_steps={steps}", "test=false"] if steps else []
+        out = subprocess.run(
+            [sys.executable, "-m", "experiments.train", *overrides, *extra,
+             f"hydra.run.dir={again}"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if out.returncode:
+            tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["?"]
+            raise UserError(f"the run could not be trained again: {tail[0][:300]}")
+        if steps:
+            compared, differences = _losses(layout.path, again, steps, exact)
+        else:
+            compared, differences = _metrics(layout.path, again, exact)
+            for name in ("best.pt", "last.pt"):
+                n, diff = _weights(layout.checkpoints / name, again / "checkpoints" / name, exact)
+                compared.append(f"{name} ({n} tensors)")
+                differences += diff
+    return {"match": not differences, "exact": exact, "compared": compared,
+            "differences": differences, "notes": notes}  # fmt: skip
+
+
+def _same(a: float, b: float, exact: bool) -> bool:
+    if exact:
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=1e-12)
+
+
+def _metrics(first: Path, again: Path, exact: bool):
+    a, b = _json(first / "metrics.json"), _json(again / "metrics.json")
+    keys = [k for k, v in a.items() if isinstance(v, int | float) and k not in VOLATILE]
+    diffs = [
+        f"metrics.json {k}: {a[k]!r} then, {b.get(k)!r} now"
+        for k in keys
+        if not isinstance(b.get(k), int | float) or not _same(float(a[k]), float(b[k]), exact)
+    ]
+    return [f"metrics.json ({len(keys)} values)"], diffs
+
+
+def _weights(first: Path, again: Path, exact: bool) -> tuple[int, list[str]]:
+    import torch
+
+    if not first.is_file():
+        return 0, [f"{first.name}: missing from the run"]
+    try:
+        a = torch.load(first, map_location="cpu", weights_only=True)
+    except Exception as err:
+        return 0, [f"{first.name}: cannot be read ({type(err).__name__})"]
+    b = torch.load(again, map_location="cpu", weights_only=True)
+    a, b = a.get("state_dict", a), b.get("state_dict", b)
+    diffs = []
+    for key, x in a.items():
+        y = b.get(key)
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            continue
+        same = torch.equal(x, y) if exact else (
+            x.shape == y.shape and torch.allclose(x.double(), y.double(), rtol=TOLERANCE)
+        )  # fmt: skip
+        if not same:
+            gap = (x.double() - y.double()).abs().max().item() if x.shape == y.shape else "shape"
+            diffs.append(f"{first.name} {key}: differs (max |difference| {gap})")
+    return len(a), diffs[:10] + ([f"... and {len(diffs) - 10} more"] if len(diffs) > 10 else [])
+
+
+def _losses(first: Path, again: Path, steps: int, exact: bool):
+    a, b = _step_losses(first, steps), _step_losses(again, steps)
+    if not a:
+        raise UserError(
+            f"{first}: no train/loss_step logged in the first {steps} steps (csv/metrics.csv; "
+            f"logged every trainer.log_every_n_steps): give more steps or verify the whole run"
+        )
+    diffs = [f"train/loss_step at step {s}: {v!r} then, {b.get(s)!r} now"
+             for s, v in a.items() if b.get(s) is None or not _same(v, b[s], exact)]  # fmt: skip
+    return [f"train/loss_step at {len(a)} steps"], diffs
+
+
+def _step_losses(run: Path, steps: int) -> dict[int, float]:
+    found = {}
+    try:
+        with open(run / "csv" / "metrics.csv", newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get("train/loss_step") and row.get("step") and int(row["step"]) < steps:
+                    found[int(row["step"])] = float(row["train/loss_step"])
+    except (OSError, ValueError, csv.Error):
+        return {}
+    return found
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _main(argv: list[str]) -> int:
+    argv = [a.replace("--steps=", "steps=") for a in argv]
+    if "--steps" in argv:  # --steps N
+        i = argv.index("--steps")
+        argv[i : i + 2] = [f"steps={argv[i + 1] if i + 1 < len(argv) else ''}"]
+    options, extra = parse_args(argv, {"run_dir": None, "steps": ""}, USAGE)
+    if extra:
+        raise UserError(f"unknown argument {extra[0]!r} (see --help)")
+    steps = options["steps"]
+    if steps and (not steps.isdigit() or int(steps) < 1):
+        raise UserError(f"steps={steps!r} is not valid: expected a whole number >= 1")
+    report = verify(options["run_dir"], int(steps) if steps else None)
+    how = "bit for bit" if report["exact"] else f"within a relative {TOLERANCE:g} (another machine)"
+    for note in report["notes"]:
+        print(f"note: {note}")
+    if report["match"]:
+        print(f"verified: {', '.join(report['compared'])} match {how}")
+        return 0
+    print(f"NOT verified ({how} expected): {len(report['differences'])} differences")
+    for line in report["differences"]:
+        print(f"  {line}")
+    return 1
+
+
+def main() -> None:
+    run_main(lambda argv: sys.exit(_main(argv)), sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()
