@@ -58,7 +58,7 @@ def test_every_file_starts_with_a_comment_and_example():
 @pytest.mark.parametrize(("group", "option"), [o for o in OPTIONS if o[0] not in SKIP_GROUPS])
 def test_option_composes_and_instantiates(make_cfg, group, option, tmp_path):
     extra = []
-    if group == "data" and option == "image_csv":
+    if (group, option) in (("data", "image_csv"), ("experiment", "finetune")):
         extra = [f"data.csv_file={tmp_path}/x.csv", f"data.image_dir={tmp_path}"]
     cfg = make_cfg(f"{group}={option}", *extra)
     schema.check(cfg)

@@ -173,3 +173,20 @@ def test_posthoc_logit_adjustment_is_reported_by_eval(tmp_path, data_dir):
     assert abs(metrics["test/posthoc/acc"] - metrics["test/acc"]) < 0.02
     res = run_cli("-m", "experiments.eval", f"run_dir={run}", "posthoc_tau=x", cwd=tmp_path)
     assert res.returncode == 2 and "posthoc_tau='x' is not a number" in res.stderr
+
+
+def test_loss_auto_adjusts_logits_on_a_long_tailed_split_only(make_cfg, data_dir, tmp_path):
+    from experiments.models.losses import LogitAdjustedLoss
+
+    _, model = datamodule_and_model(make_cfg(*QUICK))  # the digits: balanced
+    assert type(model.loss_fn) is torch.nn.CrossEntropyLoss
+    rows = (data_dir / "digits" / "labels.csv").read_text().splitlines()
+    kept = [r for i, r in enumerate(rows[1:]) if int(r.split(",")[1]) < 5 or i % 5 == 0]
+    (tmp_path / "lt.csv").write_text("\n".join([rows[0], *kept]) + "\n")
+    image_csv = ["data=image_csv", f"data.csv_file={tmp_path / 'lt.csv'}",
+                 f"data.image_dir={data_dir / 'digits' / 'images'}"]  # fmt: skip
+    _, model = datamodule_and_model(make_cfg(*image_csv, *QUICK))
+    assert isinstance(model.loss_fn, LogitAdjustedLoss)
+    assert model.hparams["loss"] == "logit_adjusted"  # what ran, not "auto"
+    _, model = datamodule_and_model(make_cfg(*image_csv, "model.class_weights=auto", *QUICK))
+    assert type(model.loss_fn) is torch.nn.CrossEntropyLoss  # weights given: no adjustment too

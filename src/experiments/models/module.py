@@ -81,7 +81,7 @@ class ClassificationModule(L.LightningModule):
         ema_decay: Annotated[float, Gt(0), Lt(1)] | None = None,
         channels_last: bool = False,
         monitor: str = "val/acc",
-        loss: Literal["cross_entropy", "focal", "logit_adjusted"] = "cross_entropy",
+        loss: Literal["auto", "cross_entropy", "focal", "logit_adjusted"] = "cross_entropy",
         focal_gamma: Annotated[float, Ge(0)] = 2.0,
         class_weights: Sequence[float] | str | None = None,
         top_k: Annotated[int, Ge(1)] | Literal["auto"] | None = "auto",
