@@ -23,6 +23,7 @@ from experiments.compat.hydra import job_outcome
 from experiments.runs.files import atomic_write, write_json
 from experiments.runs.layout import RunDir
 from experiments.runs.sweep import JOB_FILE, KEPT, stop_reason
+from experiments.tracking import importance
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,17 @@ def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _fanova(sweep_dir: Path) -> dict | None:
+    """The parameter importances our Optuna sweeper wrote, when it did."""
+    results = sweep_dir / "optimization_results.yaml"
+    if not results.is_file():
+        return None
+    import yaml
+
+    found = (yaml.safe_load(results.read_text()) or {}).get("importance")
+    return found if isinstance(found, dict) and found else None
+
+
 def _pareto_trials(sweep_dir: Path) -> set[int] | None:
     """Trial numbers on the Pareto front of a multi-objective Optuna search, else None."""
     results = sweep_dir / "optimization_results.yaml"
@@ -206,6 +218,7 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         writer.writerows(rows)
         atomic_write(sweep_dir / "summary.csv", lambda f: f.write(buf.getvalue().encode()))
         md = _markdown(rows, fields, metric, mode)
+        md += importance.section(sweep_dir, rows, metric, _fanova(sweep_dir))
         atomic_write(sweep_dir / "summary.md", lambda f: f.write(md.encode()))
         swept = _swept_parameter(rows)
         if swept:

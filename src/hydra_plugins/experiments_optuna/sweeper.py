@@ -42,6 +42,18 @@ def _stopped(ret) -> bool:
     return isinstance(job, dict) and job.get("status") == "stopped"
 
 
+def _importance(study) -> dict[str, float]:
+    """Optuna's fANOVA importance of each parameter ({} with too few finished trials)."""
+    import optuna
+
+    try:
+        found = optuna.importance.get_param_importances(study)
+    except (ValueError, RuntimeError) as err:  # fewer than 2 complete trials, one param value
+        log.info("no parameter importance: %s", err)
+        return {}
+    return {k: round(float(v), 6) for k, v in found.items()}
+
+
 class SweepFailed(Exception):
     """Some trials failed (the others ran; see the sweep summary)."""
 
@@ -272,6 +284,7 @@ class OptunaSweeper(Sweeper):
         else:
             best = study.best_trial
             direction = DIRECTIONS[self.settings.get("direction", "maximize")]
+            result["importance"] = _importance(study)
             result.update(
                 direction=direction,
                 best_value=best.value,
