@@ -275,3 +275,31 @@ class FillDiskOnce(Callback):
             while True:
                 f.write(b"\0" * 65536)
                 f.flush()
+
+
+class OomAbove(Callback):
+    """Raise torch's out-of-memory error for a training batch larger than ``max_batch``:
+    what a GPU does when the batch does not fit, faked on a CPU."""
+
+    def __init__(self, max_batch: int) -> None:
+        self.max_batch = max_batch
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch[0].shape[0] > self.max_batch:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory (simulated): batch of {batch[0].shape[0]} > {self.max_batch}"
+            )
+
+
+class NanAboveLr(Callback):
+    """Make the training diverge (NaN weights, so a NaN loss) while the learning rate is
+    above ``max_lr``: what too high a learning rate does, made certain."""
+
+    def __init__(self, max_lr: float, at_step: int = 2) -> None:
+        self.max_lr, self.at_step = max_lr, at_step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        lr = trainer.optimizers[0].param_groups[0]["lr"]
+        if trainer.global_step == self.at_step and lr > self.max_lr:
+            with torch.no_grad():
+                next(pl_module.net.parameters()).fill_(float("nan"))

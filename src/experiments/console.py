@@ -56,10 +56,10 @@ class ConsoleFilter(logging.Filter):
             return True
         if getattr(record, "console", True) is False or record.name.startswith("lightning"):
             return False
-        return not _in_sweep() or getattr(record, "sweep_line", False)
+        return not in_sweep() or getattr(record, "sweep_line", False)
 
 
-def _in_sweep() -> bool:
+def in_sweep() -> bool:
     try:
         from hydra.core.hydra_config import HydraConfig
 

@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -208,6 +209,7 @@ def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from experiments.remedies import train_with_remedies
     from experiments.runs.files import write_error
     from experiments.runs.sweep import earlier_sweep_job
     from experiments.secrets import redact_saved_config
@@ -230,9 +232,11 @@ def main(cfg: DictConfig) -> float | None:
         elif cfg.get("cv") and cfg.cv.get("folds"):
             from experiments.cross_validation import cross_validate
 
-            metrics = cross_validate(cfg, train)
+            metrics = cross_validate(cfg, partial(train_with_remedies, train=train))
         else:
-            metrics = train(cfg)
+            metrics = train_with_remedies(cfg, train)
+        if metrics is None:  # a sweep job that diverged: recorded, the sweep goes on
+            return None
     except Exception as err:
         resume_gc()  # a sweep's next job in this process runs with the collector on
         interrupted = getattr(err, "signum", None)

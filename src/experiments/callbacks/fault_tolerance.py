@@ -21,6 +21,14 @@ from experiments.errors import UserError
 log = logging.getLogger(__name__)
 
 
+class Diverged(UserError):
+    """The training loss was not finite (NaN or inf): the run cannot go on as it is."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
 class RunInterrupted(Exception):
     """Training stopped on a signal after saving a checkpoint; exit with ``128 + signum``."""
 
@@ -130,11 +138,12 @@ class FaultTolerance(L.Callback):
         device is never stalled to learn that a loss was finite."""
         pending = self._take_non_finite()
         if pending is not None:
-            raise UserError(
+            raise Diverged(
                 f"training loss is {pending.value()} at step {pending.step} (epoch "
                 f"{pending.epoch + 1}, batch {pending.batch_idx + 1}): lower optimizer.lr, set "
                 f"trainer.gradient_clip_val, or check the data; checkpoints are kept "
-                f"from before this step"
+                f"from before this step",
+                pending.step,
             )
 
     # -- exact resume ------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from experiments.config.hints import Ge
+from experiments.config.hints import Ge, Gt, Lt
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,16 @@ class SweepOptions:
     max_jobs: Annotated[int, Ge(1)] | None = None
     target: str | None = None  # e.g. "val/acc>=0.99" (runs.sweep.parse_target)
     time_budget: str | float | None = None  # seconds or HH:MM:SS (runs.sweep.parse_budget)
+
+
+@dataclass(frozen=True)
+class Remedies:
+    """``remedies.*``: how a run heals itself (``experiments.remedies``)."""
+
+    oom: bool = True
+    min_batch_size: Annotated[int, Ge(1)] = 8
+    diverged_retries: Annotated[int, Ge(0)] = 0
+    lr_scale: Annotated[float, Gt(0), Lt(1)] = 0.1
 
 
 @dataclass(frozen=True)

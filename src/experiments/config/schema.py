@@ -34,6 +34,7 @@ SECTIONS = {
     "": "experiments.config.options.RunOptions",
     "sweep": "experiments.config.options.SweepOptions",
     "cv": "experiments.config.options.CrossValidation",
+    "remedies": "experiments.config.options.Remedies",
 }
 
 _OPTIMIZER = {"lr": "Annotated[float, Ge(0)]", "weight_decay": "Annotated[float, Ge(0)]"}

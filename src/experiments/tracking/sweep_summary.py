@@ -152,6 +152,8 @@ def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
         status = job["status"]
         if status == "ok" and metrics.get("pruned_at_epoch") is not None:
             status = f"pruned@{metrics['pruned_at_epoch'] + 1}"  # at the end of epoch N
+        if status == "ok" and metrics.get("status") == "diverged":  # experiments.remedies
+            status, job["error"] = "diverged", metrics.get("error")
         row = {
             "job": job["num"],
             "overrides": " ".join(job["overrides"]),
@@ -160,6 +162,7 @@ def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
             "wall_time_s": job.get("wall_time_s"),
             "status": status,
             "error": job.get("error") or "",
+            "remedies": "; ".join(metrics.get("remedies") or []),
             "dir": job_file.parent.name,
         }
         if pareto is not None:
@@ -211,6 +214,8 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         rows = sorted(collect(sweep_dir, metric), key=best_first(metric, mode))
         if not rows:
             return rows
+        if not any(r["remedies"] for r in rows):  # a column only when a job was healed
+            rows = [{k: v for k, v in r.items() if k != "remedies"} for r in rows]
         fields = list(rows[0])
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=fields)
@@ -238,10 +243,12 @@ def _markdown(rows, fields, metric, mode) -> str:
     pruned = sum(str(r["status"]).startswith("pruned") for r in rows)
     interrupted = sum(r["status"] == "interrupted" for r in rows)
     not_run = [r for r in rows if r["status"] == "stopped"]
+    diverged = sum(r["status"] == "diverged" for r in rows)
     counts = f"{ok} ok, {pruned} pruned" if pruned else f"{ok} ok"
     counts += f", {interrupted} interrupted" if interrupted else ""
     counts += f", {len(not_run)} not run" if not_run else ""
-    failed = len(rows) - ok - pruned - interrupted - len(not_run)
+    counts += f", {diverged} diverged" if diverged else ""
+    failed = len(rows) - ok - pruned - interrupted - len(not_run) - diverged
     head = f"# Sweep summary\n\n{len(rows)} jobs, {counts}, {failed} failed; "
     head += f"sorted by {metric} ({mode}).\n\n"
     if not_run:

@@ -1,0 +1,74 @@
+"""Self-healing jobs: out of memory -> half the batch, twice the accumulation; a diverged
+loss -> a lower learning rate, or status "diverged" in a sweep; each shown in the summary."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+OOM = ["+callbacks.oom._target_=tests.helpers.OomAbove", "+callbacks.oom.max_batch=16"]
+NAN = ["+callbacks.nan._target_=tests.helpers.NanAboveLr", "+callbacks.nan.max_lr=0.05"]
+
+
+def _rows(sweep) -> dict[str, dict]:
+    with open(sweep / "summary.csv") as f:
+        return {r["job"]: r for r in csv.DictReader(f)}
+
+
+@pytest.mark.slow
+def test_out_of_memory_halves_the_batch_and_the_sweep_summary_shows_it(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    res = run_cli(
+        "-m", "experiments.train", "-m", "seed=0,1", "data.batch_size=64", *OOM, "debug=limit",
+        f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    for job in ("0", "1"):
+        metrics = json.loads((sweep / job / "metrics.json").read_text())
+        assert metrics["remedies"] == [
+            "data.batch_size=32 trainer.accumulate_grad_batches=2 (out of memory at batch 64)",
+            "data.batch_size=16 trainer.accumulate_grad_batches=4 (out of memory at batch 32)",
+        ]
+        assert "test/acc" in metrics  # then it trained to the end
+        hparams = (sweep / job / "csv" / "hparams.yaml").read_text()
+        assert "batch_size: 16" in hparams and "accumulate_grad_batches: 4" in hparams
+    rows = _rows(sweep)
+    assert {r["status"] for r in rows.values()} == {"ok"}
+    assert all("data.batch_size=16" in r["remedies"] for r in rows.values())
+    assert "| remedies |" in (sweep / "summary.md").read_text()
+
+
+def test_out_of_memory_below_the_floor_is_one_line(tmp_path, data_dir):
+    res = run_cli(
+        "-m", "experiments.train", "data.batch_size=64", "remedies.min_batch_size=32", *OOM,
+        "debug=limit", f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'r'}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1] == (
+        "error: out of memory at data.batch_size=32, and half of it is below "
+        "remedies.min_batch_size=32: use a smaller model or input, or a larger device"
+    )
+
+
+@pytest.mark.slow
+def test_a_diverged_job_is_retried_at_a_lower_lr_or_ends_as_diverged(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    res = run_cli(
+        "-m", "experiments.train", "-m", "remedies.diverged_retries=0,1", "optimizer.lr=0.1",
+        *NAN, "debug=limit", f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]  # a diverged job is no crash
+    rows = _rows(sweep)
+    assert rows["0"]["status"] == "diverged" and "training loss is nan" in rows["0"]["error"]
+    assert rows["1"]["status"] == "ok"
+    assert rows["1"]["remedies"] == "optimizer.lr=0.01 (diverged at lr 0.1)"
+    first = json.loads((sweep / "0" / "metrics.json").read_text())
+    assert first["status"] == "diverged" and first["diverged_at_step"] >= 2  # NaN from step 2
+    summary = (sweep / "summary.md").read_text()
+    assert "1 diverged" in summary and "| remedies |" in summary
