@@ -3,6 +3,7 @@ hint of the argument it sets, before anything is built, in one line."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -35,7 +36,7 @@ from tests.conftest import REPO, run_cli
         ("optimizer.lr=fast", "optimizer.lr='fast' is not valid: expected float >= 0"),
         (
             "model.loss=hinge",
-            "loss='hinge' is not valid: expected cross_entropy, focal or logit_adjusted",
+            "loss='hinge' is not valid: expected auto, cross_entropy, focal or logit_adjusted",
         ),
         (
             "model.ema_decay=1.0",
@@ -128,3 +129,29 @@ def test_an_argument_added_in_one_file_is_set_and_checked_from_the_command_line(
     assert res.returncode == 0, res.stderr[-2000:]
     assert "activation: gelu" in (run / ".hydra" / "config.yaml").read_text()
     assert (run / "checkpoints" / "best.pt").is_file()
+
+
+def test_the_source_cache_is_used_checked_against_the_files_and_never_trusted(
+    make_cfg, tmp_path, monkeypatch
+):
+    from experiments.config import signatures, source_cache
+
+    monkeypatch.setenv("EXPERIMENTS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(source_cache._state, "entries", None)
+    module = tmp_path / "made_up_nets.py"
+    module.write_text("def net(width: int = 3, depth: int = 2):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = signatures.signature("made_up_nets.net")
+    source_cache.save()
+    saved = json.loads(source_cache.cache_file().read_text())
+    assert any("signature:made_up_nets.net@" in k for k in saved["entries"])
+    monkeypatch.setitem(source_cache._state, "entries", None)  # a new process: read back
+    again = signatures.signature("made_up_nets.net")
+    assert again.params.keys() == first.params.keys() == {"width", "depth"}
+    module.write_text("def net(width: int = 3, heads: int = 1):\n    pass\n")  # edited
+    signatures._parse_file.cache_clear()
+    assert signatures.signature("made_up_nets.net").params.keys() == {"width", "heads"}
+    source_cache.cache_file().write_text('{"version": 1, "entries": [1, 2]}')  # not ours
+    monkeypatch.setitem(source_cache._state, "entries", None)
+    with pytest.raises(UserError, match="data.batch_size=0 is not valid"):
+        schema.check(make_cfg("data.batch_size=0"))

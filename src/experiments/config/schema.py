@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from experiments.config import source_cache
 from experiments.config.signatures import Signature, signature, target_problem
 from experiments.config.typecheck import show, type_of
 from experiments.errors import UserError
@@ -53,6 +54,13 @@ REFINED = {
 
 def check(cfg: DictConfig) -> None:
     """Raise UserError naming the first key of ``cfg`` that no constructor would accept."""
+    try:
+        _check(cfg)
+    finally:
+        source_cache.save()  # what reading sources found, for the next start
+
+
+def _check(cfg: DictConfig) -> None:
     missing = sorted(k for k in _missing_keys(cfg, "") if not k.startswith("hydra"))
     if missing:
         raise UserError(

@@ -16,6 +16,9 @@ import importlib.util
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+from experiments.config import source_cache
 
 MAX_DEPTH = 6  # re-exports and base classes followed before giving up
 
@@ -40,13 +43,47 @@ class Signature:
 def signature(target: str) -> Signature | None:
     """The signature of ``target``'s constructor (or of the function), or None."""
     module, _, name = target.rpartition(".")
+    key = f"signature:{target}@{_module_file(module)}"  # the same name in another tree
+    cached = source_cache.get(key)
+    if cached is not source_cache.MISSING:
+        return _signature_from(target, cached)
+    with source_cache.recording() as files:
+        found = _definition(module, name, 0)
+        params = _params(*found, 0) if found is not None else None
+    sig = Signature(target, *params) if params is not None else None
+    source_cache.put(key, _signature_to(sig), files)
+    return sig
+
+
+def _signature_to(sig: Signature | None) -> Any:
+    if sig is None:
+        return None
+    params = [
+        [p.name, ast.unparse(p.annotation) if p.annotation is not None else None, p.module,
+         p.none_default]
+        for p in sig.params.values()
+    ]  # fmt: skip
+    return {"params": params, "any_key": sig.any_key}
+
+
+def _signature_from(target: str, saved: Any) -> Signature | None:
+    try:
+        params = {
+            name: Param(
+                name, ast.parse(text, mode="eval").body if text else None, module, bool(none)
+            )
+            for name, text, module, none in saved["params"]
+        }
+        return Signature(target, params, bool(saved["any_key"]))
+    except (TypeError, KeyError, ValueError, SyntaxError):
+        return None if saved is None else _uncached_signature(target)
+
+
+def _uncached_signature(target: str) -> Signature | None:
+    module, _, name = target.rpartition(".")
     found = _definition(module, name, 0)
-    if found is None:
-        return None
-    params = _params(*found, 0)
-    if params is None:
-        return None
-    return Signature(target, *params)
+    params = _params(*found, 0) if found is not None else None
+    return Signature(target, *params) if params is not None else None
 
 
 def resolve(module: str, expr: ast.expr, depth: int = 0) -> tuple[ast.AST, str] | None:
@@ -63,6 +100,18 @@ def resolve(module: str, expr: ast.expr, depth: int = 0) -> tuple[ast.AST, str] 
 @cache
 def target_problem(target: str) -> str | None:
     """Why ``target`` cannot be found (with a did-you-mean), or None when it may exist."""
+    key = f"problem:{target}@{_module_file(target.split('.')[0])}"
+    cached = source_cache.get(key)
+    if isinstance(cached, str) or cached is None:
+        return cached
+    with source_cache.recording() as files:
+        problem = _target_problem(target)
+    if files:  # found by reading a module's source: kept while that source stays the same
+        source_cache.put(key, problem, files)
+    return problem
+
+
+def _target_problem(target: str) -> str | None:
     parts = target.split(".")
     spec = _find_spec(parts[0]) if parts[0] else None
     if spec is None:
@@ -236,8 +285,14 @@ def _module_file(module: str) -> str | None:
     return file
 
 
-@cache
 def _parse(module_file: str | None) -> ast.Module | None:
+    if module_file:
+        source_cache.touched(module_file)
+    return _parse_file(module_file)
+
+
+@cache
+def _parse_file(module_file: str | None) -> ast.Module | None:
     if not module_file or not module_file.endswith(".py"):
         return None
     try:

@@ -11,8 +11,9 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig
 
+from experiments.config import source_cache
 from experiments.config.hints import BOUNDS
-from experiments.config.signatures import Param, resolve
+from experiments.config.signatures import Param, _module_file, resolve
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,27 @@ def _type(expr: ast.expr | None, module: str, depth: int) -> Type:
 
 
 def _resolve_name(expr: ast.expr, module: str, depth: int) -> Type:
-    found = resolve(module, expr)
-    if found is None:
-        return ANY  # cannot be told from source (e.g. imported only for type checkers)
-    if isinstance(found[0], ast.expr):  # a type alias
-        return _type(found[0], found[1], depth + 1)
-    return Type("object")  # a class: a config gives it as a mapping with _target_
+    key = f"resolve:{module}:{ast.unparse(expr)}@{_module_file(module)}"
+    saved = source_cache.get(key)
+    if saved is source_cache.MISSING or not isinstance(saved, dict):
+        with source_cache.recording() as files:
+            found = resolve(module, expr)
+        if found is None:
+            saved = {"kind": "unknown"}
+        elif isinstance(found[0], ast.expr):
+            saved = {"kind": "alias", "source": ast.unparse(found[0]), "module": found[1]}
+        else:
+            saved = {"kind": "class"}
+        source_cache.put(key, saved, files)
+    if saved.get("kind") == "alias":  # a type alias
+        try:
+            value = ast.parse(str(saved["source"]), mode="eval").body
+        except (SyntaxError, KeyError):
+            return ANY
+        return _type(value, str(saved.get("module")), depth + 1)
+    if saved.get("kind") == "class":
+        return Type("object")  # a class: a config gives it as a mapping with _target_
+    return ANY  # cannot be told from source (e.g. imported only for type checkers)
 
 
 def _subscript(expr: ast.Subscript, module: str, depth: int) -> Type:
