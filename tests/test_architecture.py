@@ -119,7 +119,7 @@ def test_a_run_dir_made_before_the_layout_move_still_evaluates(tmp_path, data_di
 # docs/architecture.md, "The layers": a module may import its own layer and those below
 LAYERS = {
     "train": 1, "eval": 1, "predict": 1, "compare": 1, "cross_validation": 1, "console": 1,
-    "calibrate": 1, "export": 1, "verify": 1, "saved_run": 1, "model_card": 1,
+    "calibrate": 1, "export": 1, "verify": 1, "remedies": 1, "saved_run": 1, "model_card": 1,
     "__init__": 1, "__main__": 1,
     "build": 2,
     "callbacks": 3, "tracking": 3, "analysis": 3,

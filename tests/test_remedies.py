@@ -23,11 +23,11 @@ def _rows(sweep) -> dict[str, dict]:
 def test_out_of_memory_halves_the_batch_and_the_sweep_summary_shows_it(tmp_path, data_dir):
     sweep = tmp_path / "sweep"
     res = run_cli(
-        "-m", "experiments.train", "-m", "seed=0,1", "data.batch_size=64", *OOM, "debug=limit",
+        "-m", "experiments.train", "-m", "seed=0", "data.batch_size=64", *OOM, "debug=limit",
         f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}", cwd=tmp_path,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
-    for job in ("0", "1"):
+    for job in ("0",):
         metrics = json.loads((sweep / job / "metrics.json").read_text())
         assert metrics["remedies"] == [
             "data.batch_size=32 trainer.accumulate_grad_batches=2 (out of memory at batch 64)",

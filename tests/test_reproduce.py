@@ -19,7 +19,7 @@ VOLATILE = ("wall_time_s", "run_dir")
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, data_dir):
     root = tmp_path_factory.mktemp("reproduce")
-    return train_cli(root / "run", data_dir, "trainer.max_epochs=2", "seed=7")
+    return train_cli(root / "run", data_dir, "trainer.max_epochs=1", "seed=7")
 
 
 @pytest.mark.slow
@@ -56,7 +56,7 @@ def test_verify_refuses_a_run_it_cannot_rerun(finished, tmp_path):
 @pytest.mark.slow
 def test_reproduce_sh_checks_out_the_commit_and_gets_the_same_metrics(finished, tmp_path):
     script = (finished / "reproduce.sh").read_text()
-    assert "trainer.max_epochs=2 seed=7" in script and "hydra.run.dir" not in script.split("\n")[1]
+    assert "trainer.max_epochs=1 seed=7" in script and "hydra.run.dir" not in script.split("\n")[1]
     requirements = (finished / "requirements.txt").read_text()
     assert f"torch=={version('torch')}" in requirements
     clone = tmp_path / "clone"

@@ -104,7 +104,7 @@ def _summary(sweep: Path) -> list[dict[str, str]]:
 
 def _md_rows(sweep: Path) -> list[str]:
     """The job rows of summary.md's table (not its header or separator)."""
-    lines = (sweep / "summary.md").read_text().splitlines()
+    lines = (sweep / "summary.md").read_text().split("\n## ")[0].splitlines()  # the jobs
     table = [ln for ln in lines if ln.startswith("|")]
     return [ln for ln in table[2:] if not set(ln) <= set("|-: ")]
 

@@ -22,7 +22,8 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from experiments.config import source_cache
-from experiments.config.signatures import Signature, signature, target_problem
+from experiments.config.lookup import target_problem
+from experiments.config.signatures import Signature, signature
 from experiments.config.typecheck import show, type_of
 from experiments.errors import UserError
 from experiments.runs.sweep import parse_budget, parse_target
