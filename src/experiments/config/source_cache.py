@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,7 @@ def _scoped(key: str) -> str:
     return f"{sys.prefix}|{key}"  # two environments may hold other versions of one module
 
 
+@cache  # a source does not change while a process checks a config
 def _stamp(path: str) -> str | None:
     """The file's content digest: reading and hashing a source costs a hundredth of
     parsing it, and, unlike a modification time, cannot miss an edit."""

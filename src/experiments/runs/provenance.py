@@ -53,15 +53,19 @@ def start_git_probe() -> Callable[[], dict[str, Any]]:
 
 def _installed() -> list[str]:
     """``name==version`` of every installed distribution but this project (installed from
-    the checkout that reproduce.sh checks out)."""
-    from importlib.metadata import distributions
-
+    the checkout that reproduce.sh checks out), from the ``<name>-<version>.dist-info``
+    folders' names: reading every distribution's metadata costs a quarter of a second."""
     found = {}
-    for dist in distributions():
-        name = dist.metadata["Name"]
-        if name and name.lower() != "experiments":
-            found[name.lower()] = f"{name}=={dist.version}"
-    return sorted(found.values())
+    for entry in sys.path:
+        folder = Path(entry or ".")
+        if not folder.is_dir():
+            continue
+        for info in folder.glob("*.dist-info"):
+            name, _, version = info.name[: -len(".dist-info")].partition("-")
+            key = name.lower().replace("_", "-")
+            if version and key != "experiments" and key not in found:
+                found[key] = f"{name}=={version}"
+    return sorted(found.values(), key=str.lower)
 
 
 def environment(seed: Any, device: str, git: dict[str, Any] | None = None) -> dict[str, Any]:
