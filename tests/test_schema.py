@@ -151,6 +151,7 @@ def test_the_source_cache_is_used_checked_against_the_files_and_never_trusted(
     module.write_text("def net(width: int = 3, heads: int = 1):\n    pass\n")  # edited
     signatures._parse_file.cache_clear()  # (within one process sources never change)
     signatures._definition.cache_clear()
+    source_cache._stamp.cache_clear()
     assert signatures.signature("made_up_nets.net").params.keys() == {"width", "heads"}
     source_cache.cache_file().write_text('{"version": 1, "entries": [1, 2]}')  # not ours
     monkeypatch.setitem(source_cache._state, "entries", None)
