@@ -8,7 +8,6 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 
@@ -48,7 +47,7 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
     run = SavedRun(run_dir, ckpt, overrides)
     import torch
 
-    from experiments.runs.files import write_json
+    from experiments.runs.files import read_json_object, write_json
 
     deployable = Normalized(run.net, run.normalization()).eval()
     x, y = run.first_batch("test" if run.has_split("test") else "val")
@@ -73,7 +72,7 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
         "acc_exported": float((got.argmax(1) == y).float().mean()),
         "ckpt": str(run.ckpt),
     }
-    report = _read(run.layout.export_report)
+    report = read_json_object(run.layout.export_report)
     report[fmt] = check
     write_json(run.layout.export_report, report)
     write_model_card(run.path)
@@ -132,14 +131,6 @@ def _need(*modules: str) -> None:
             f"format=onnx needs {', '.join(missing)}, not installed here: "
             f"pip install 'experiments[export]' (or pip install {' '.join(missing)})"
         )
-
-
-def _read(path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def Normalized(net, stats):  # noqa: N802 (a factory that reads as the class it makes)

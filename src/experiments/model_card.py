@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.runs.files import atomic_write
+from experiments.runs.files import atomic_write, read_json_object
 from experiments.runs.layout import RunDir
 
 SPLITS = ("train", "val", "test")
@@ -20,7 +19,7 @@ SPLITS = ("train", "val", "test")
 
 def calibration_temperature(layout: RunDir) -> float | None:
     """The temperature ``experiments.calibrate`` saved with the run, or None."""
-    saved = _json(layout.calibration)
+    saved = read_json_object(layout.calibration)
     value = saved.get("temperature")
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
@@ -49,15 +48,15 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     counts_file = layout.path / "data_counts.json"
     if counts:
         atomic_write(counts_file, lambda f: f.write(json.dumps(counts, indent=1).encode()))
-    counts = counts or _json(counts_file)
+    counts = counts or read_json_object(counts_file)
     cfg = OmegaConf.load(layout.saved_config) if layout.saved_config.is_file() else None
-    metrics, evaluated = _json(layout.metrics), _json(layout.eval_metrics)
+    metrics, evaluated = read_json_object(layout.metrics), read_json_object(layout.eval_metrics)
     lines = [f"# Model card: {layout.path.name}", ""]
     lines += _data(cfg, counts)
     lines += _recipe(cfg, layout)
     lines += _results({**metrics, **evaluated}, counts.get("test"))
-    lines += _calibration(_json(layout.calibration), evaluated)
-    lines += _export(_json(layout.export_report))
+    lines += _calibration(read_json_object(layout.calibration), evaluated)
+    lines += _export(read_json_object(layout.export_report))
     lines += [
         "## Reproduce",
         "",
@@ -88,7 +87,7 @@ def _data(cfg, counts: dict) -> list[str]:
 
 
 def _recipe(cfg, layout: RunDir) -> list[str]:
-    env = _json(layout.env)
+    env = read_json_object(layout.env)
     command = env.get("command") or []
     args = [a for a in command[1:] if not a.endswith(".py")] if command else []
     net = OmegaConf.select(cfg, "model.net._target_", default="?") if cfg is not None else "?"
@@ -164,11 +163,3 @@ def _export(report: dict) -> list[str]:
                 f"{check.get('acc_exported'):.4f} (PyTorch {check.get('acc_torch'):.4f})"
             )
     return lines + [""]
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

@@ -10,7 +10,6 @@ Examples:
 from __future__ import annotations
 
 import csv
-import json
 import math
 import socket
 import subprocess
@@ -23,6 +22,7 @@ import yaml
 from experiments.config.saved import parse_args
 from experiments.console import run_main
 from experiments.errors import UserError
+from experiments.runs.files import read_json_object
 from experiments.runs.layout import RunDir
 from experiments.runs.provenance import NOT_REPRODUCED, start_git_probe
 
@@ -48,7 +48,7 @@ def verify(run_dir: str | Path, steps: int | None = None) -> dict:
         UserError: no env.json or saved overrides, a dirty run without git.diff.
     """
     layout = RunDir(run_dir)
-    env = _json(layout.env)
+    env = read_json_object(layout.env)
     if not env or not layout.saved_overrides.is_file():
         raise UserError(
             f"{layout.path}: no saved command to verify (env.json and .hydra/overrides.yaml "
@@ -100,7 +100,7 @@ def _same(a: float, b: float, exact: bool) -> bool:
 
 
 def _metrics(first: Path, again: Path, exact: bool):
-    a, b = _json(first / "metrics.json"), _json(again / "metrics.json")
+    a, b = read_json_object(first / "metrics.json"), read_json_object(again / "metrics.json")
     keys = [k for k, v in a.items() if isinstance(v, int | float) and k not in VOLATILE]
     diffs = [
         f"metrics.json {k}: {a[k]!r} then, {b.get(k)!r} now"
@@ -157,14 +157,6 @@ def _step_losses(run: Path, steps: int) -> dict[int, float]:
     except (OSError, ValueError, csv.Error):
         return {}
     return found
-
-
-def _json(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _main(argv: list[str]) -> int:

@@ -56,6 +56,16 @@ def write_json(path: str | os.PathLike, data: Any) -> Path:
     return atomic_write(path, lambda f: f.write(text.encode()))
 
 
+def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """A JSON file that holds an object, as a dict; {} when it is missing, unreadable or
+    holds anything else (files read back from a run dir are data, never trusted)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def check_writable(folder: str | os.PathLike, key: str) -> None:
     """Make ``folder`` (and its parents) and write a byte in it, so that a place results
     cannot go (a read-only file system, a file in the way, a full disk) is one line before
