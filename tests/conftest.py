@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from PIL import Image
 
 from experiments.config import CONF_DIR
+from tests import warm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -122,13 +123,31 @@ def run_process(
 
 
 def run_cli(
-    *args: str, cwd: Path, timeout: float = SUBPROCESS_TIMEOUT, env_extra: dict | None = None
+    *args: str,
+    cwd: Path,
+    timeout: float = SUBPROCESS_TIMEOUT,
+    env_extra: dict | None = None,
+    cold: bool = False,
 ):
     """Run ``python -m experiments.train ...`` (or another module via args) in a subprocess;
-    ``tests.helpers`` is importable there (``_target_``s of test datasets and callbacks)."""
+    ``tests.helpers`` is importable there (``_target_``s of test datasets and callbacks).
+
+    The process is forked from a server that has the heavy libraries imported already
+    (tests/warm_server.py: the same ``python -m`` run without 5 s of imports); ``cold=True``
+    (or ``EXPERIMENTS_TEST_COLD=1``) starts a fresh interpreter, for tests of what start-up
+    itself does or prints."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env_extra or {})}
-    return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
+    server = None if cold or args[:1] != ("-m",) else warm.server()
+    if server is None or server.cold_reason(env):
+        return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
+    code, out, err, timed_out = server.run(list(args), cwd, env, timeout)
+    if timed_out:
+        pytest.fail(
+            f"timed out after {timeout:.0f}s and killed: python {' '.join(args)}\n"
+            f"---- stdout (tail)\n{out[-3000:]}\n---- stderr (tail)\n{err[-3000:]}"
+        )
+    return subprocess.CompletedProcess([sys.executable, *args], code, out, err)
 
 
 def train_cli(run: Path, data_dir: Path, *overrides: str) -> Path:

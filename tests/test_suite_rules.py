@@ -23,6 +23,7 @@ ALLOWED = {
         "time.sleep": "polls for a job's first checkpoint against a deadline",
     },
     "test_faults.py": {"subprocess.Popen": "a lock holder that waits on its stdin until killed"},
+    "warm.py": {"subprocess.Popen": "the warm server: its start and every run have a deadline"},
     "test_unwritable.py": {"subprocess.run": "mount/umount a tmpfs, each with a time limit"},
     "helpers.py": {"time.sleep": "Rendezvous polls for other runs' files against a deadline"},
     "test_reliability.py": {"time.sleep": "after the writer has saved: where a kill lands"},

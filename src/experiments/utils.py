@@ -63,13 +63,18 @@ def route_lightning_logs() -> None:
     """Send Lightning's log records through the root logger only.
 
     ``import lightning`` adds its own stderr handler; under Hydra, whose root logger
-    already writes to the console and ``train.log``, every line would print twice.
+    already writes to the console and ``train.log``, every line would print twice. And
+    ``lightning.pytorch``/``lightning.fabric``, when imported before logging is set up (a
+    notebook, a script that imports Lightning first), get a stderr handler of their own and
+    stop propagating: their notices would bypass the console filter and ``train.log``.
     Its per-run product advert is dropped (a filter on that one message).
     """
-    lightning_log = logging.getLogger("lightning")
     if logging.getLogger().hasHandlers():
-        for handler in list(lightning_log.handlers):
-            lightning_log.removeHandler(handler)
+        for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+            own = logging.getLogger(name)
+            for handler in list(own.handlers):
+                own.removeHandler(handler)
+            own.propagate = True
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         target = logging.getLogger(name)
         if not any(isinstance(f, _DropAdverts) for f in target.filters):
