@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from experiments.compat.hydra import Composer, is_multirun, task_view
 from experiments.config import schema
+from experiments.config.ray import check_ray_launcher
 from experiments.config.slurm import check_slurm_launcher, check_task_layout
 from experiments.errors import UserError, one_line
 from experiments.runs.files import check_writable
@@ -141,6 +142,7 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
     if multirun or is_multirun(full):
         if set(flags) <= MULTIRUN and process_rank() == 0:  # a sweep that will run jobs
+            check_ray_launcher(full)  # connects once: the launcher uses the connection
             argv = claim_sweep_dir(composer, full, argv, parsed)
         return Checked(argv)
     if sweeps:

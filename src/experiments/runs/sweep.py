@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "sweep.json"
 JOB_FILE = "job.json"
+# set in a job's process by hydra/launcher=ray: the node it runs on, and why an earlier
+# attempt of it was lost (both recorded in its job.json)
+NODE_ENV = "EXPERIMENTS_NODE"
+LOST_ENV = "EXPERIMENTS_LOST"
 # keys that do not change what a sweep's jobs compute: where it runs, how many trials, ours
 NOT_IDENTITY = ("hydra.", "hydra/", "sweep.", "+sweep.", "print_config=")
 # sweepers whose re-run numbers new trials after the existing jobs (so no job dir is reused

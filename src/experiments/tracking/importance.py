@@ -132,3 +132,47 @@ def _contour(done: list[dict], keys: list[str], metric: str, path: Path) -> str:
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
     return path.name
+
+
+def _one_key(rows) -> str | None:
+    """The one override key whose value differs between jobs, if there is exactly one."""
+    values: dict[str, set[str]] = {}
+    for row in rows:
+        for item in row["overrides"].split():
+            key, _, value = item.partition("=")
+            values.setdefault(key, set()).add(value)
+    varying = [k for k, v in values.items() if len(v) > 1]
+    return varying[0] if len(varying) == 1 else None
+
+
+def plot_one_key(rows, metric: str, path: Path) -> None:
+    """``summary.png``: the metric by the swept key's value, when exactly one key varies."""
+    key = _one_key(rows)
+    if key is None:
+        return
+    from matplotlib.figure import Figure
+
+    points = []
+    for row in rows:
+        value = row.get(metric)
+        if not isinstance(value, int | float):
+            continue
+        setting = dict(i.partition("=")[::2] for i in row["overrides"].split())[key]
+        points.append((setting, value))
+    if not points:
+        return
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    try:
+        numeric = sorted((float(s), v) for s, v in points)
+        ax.plot(*zip(*numeric, strict=True), marker="o")
+        xs = [x for x, _ in numeric]
+        if min(xs) > 0 and max(xs) / min(xs) >= 20:
+            ax.set_xscale("log")
+    except ValueError:  # categorical values
+        ax.bar([s for s, _ in points], [v for _, v in points])
+    ax.set_xlabel(key)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} by {key}")
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))

@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from omegaconf import DictConfig
 from experiments.compat.hydra import job_outcome
 from experiments.runs.files import atomic_write, write_json
 from experiments.runs.layout import RunDir
-from experiments.runs.sweep import JOB_FILE, KEPT, stop_reason
+from experiments.runs.sweep import JOB_FILE, KEPT, LOST_ENV, NODE_ENV, stop_reason
 from experiments.tracking import importance
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,24 @@ def _write_job(hydra_cfg, overrides, status: str, error, value, wall_time_s) -> 
             "error": error,
             "value": value if isinstance(value, int | float) else None,
             "wall_time_s": wall_time_s,
+            "ended": round(time.time(), 3),  # unix time (with wall_time_s: when it ran)
+            # the Ray node it ran on; why an earlier attempt was lost (hydra/launcher=ray)
+            "node": os.environ.get(NODE_ENV),
+            "lost": os.environ.get(LOST_ENV),
         },
     )
+
+
+def record_lost(
+    job_dir: Path, num: int, overrides: list[str], reason: str, retried: bool, status="lost"
+) -> None:
+    """A job its launcher lost (its worker or node died): recorded as ``lost`` (it will run
+    again when ``retried``) until a new attempt writes its own record."""
+    write_json(job_dir / JOB_FILE, {
+        "num": num, "trial": None, "overrides": overrides, "status": status,
+        "error": f"{reason}{'; running it again' if retried else ''}"[:300],
+        "value": None, "wall_time_s": None, "node": None, "lost": reason,
+    })  # fmt: skip
 
 
 def _metric(config) -> tuple[str, str]:
@@ -162,7 +179,16 @@ def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
             "wall_time_s": job.get("wall_time_s"),
             "status": status,
             "error": job.get("error") or "",
-            "remedies": "; ".join(metrics.get("remedies") or []),
+            "remedies": "; ".join(
+                [
+                    *(metrics.get("remedies") or []),
+                    *(
+                        [f"lost, ran again ({job['lost']})"]
+                        if job.get("lost") and status != "lost"
+                        else []
+                    ),
+                ]
+            ),
             "dir": job_file.parent.name,
         }
         if pareto is not None:
@@ -225,9 +251,7 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         md = _markdown(rows, fields, metric, mode)
         md += importance.section(sweep_dir, rows, metric, _fanova(sweep_dir))
         atomic_write(sweep_dir / "summary.md", lambda f: f.write(md.encode()))
-        swept = _swept_parameter(rows)
-        if swept:
-            _plot(rows, swept, metric, sweep_dir / "summary.png")
+        importance.plot_one_key(rows, metric, sweep_dir / "summary.png")
     return rows
 
 
@@ -257,43 +281,3 @@ def _markdown(rows, fields, metric, mode) -> str:
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     lines += ["| " + " | ".join(table_cell(r[f]) for f in shown) + " |" for r in rows]
     return head + "\n".join(lines) + "\n"
-
-
-def _swept_parameter(rows) -> str | None:
-    """The one override key whose value differs between jobs, if there is exactly one."""
-    values: dict[str, set[str]] = {}
-    for row in rows:
-        for item in row["overrides"].split():
-            key, _, value = item.partition("=")
-            values.setdefault(key, set()).add(value)
-    varying = [k for k, v in values.items() if len(v) > 1]
-    return varying[0] if len(varying) == 1 else None
-
-
-def _plot(rows, key: str, metric: str, path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    points = []
-    for row in rows:
-        value = row.get(metric)
-        if not isinstance(value, int | float):
-            continue
-        setting = dict(i.partition("=")[::2] for i in row["overrides"].split())[key]
-        points.append((setting, value))
-    if not points:
-        return
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
-    try:
-        numeric = sorted((float(s), v) for s, v in points)
-        ax.plot(*zip(*numeric, strict=True), marker="o")
-        xs = [x for x, _ in numeric]
-        if min(xs) > 0 and max(xs) / min(xs) >= 20:
-            ax.set_xscale("log")
-    except ValueError:  # categorical values
-        ax.bar([s for s, _ in points], [v for _, v in points])
-    ax.set_xlabel(key)
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} by {key}")
-    fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))

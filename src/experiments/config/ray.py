@@ -1,0 +1,97 @@
+"""Ray mistakes caught before any job starts, in one line each: Ray not installed, a head
+address nothing answers at, and resources no node of the cluster has. The pre-check connects
+(or starts Ray on this machine) once; the launcher then uses that same connection.
+Imports no torch; imports ray only for a sweep on ``hydra/launcher=ray``."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.errors import UserError
+
+# how long a head address may take to accept a connection before it counts as unreachable
+CONNECT_TIMEOUT_S = 5.0
+
+
+def is_ray_launcher(cfg: DictConfig) -> bool:
+    target = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")
+    return target.endswith(".RayLauncher")
+
+
+def check_ray_launcher(cfg: DictConfig) -> None:
+    """With ``hydra/launcher=ray``: Ray is there, reachable, and some node can run a job."""
+    if not is_ray_launcher(cfg):
+        return
+    launcher = cfg.hydra.launcher
+    cpus, gpus = float(launcher.cpus_per_job), float(launcher.gpus_per_job or 0)
+    if cpus <= 0 or gpus < 0:
+        raise UserError(
+            f"hydra.launcher.cpus_per_job={cpus:g}, gpus_per_job={gpus:g}: a job needs more "
+            f"than 0 CPUs and 0 or more GPUs"
+        )
+    connect(launcher.get("address"), launcher.get("num_cpus"), launcher.get("num_gpus"))
+    check_resources(cpus, gpus)
+
+
+def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None):
+    """Join the Ray cluster at ``address`` (``host:port`` of its head, or ``auto``), or with
+    none start Ray on this machine; return the ``ray`` module. Once per process."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(
+            "hydra/launcher=ray: Ray is not installed; pip install 'experiments[ray]'"
+        ) from None
+    if ray.is_initialized():
+        return ray
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reporting home from a sweep
+    if address and address != "auto":
+        _reachable(address)
+    try:
+        if address:
+            ray.init(address=address, configure_logging=False, log_to_driver=True)
+        else:
+            ray.init(
+                num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                configure_logging=False, log_to_driver=True,
+            )  # fmt: skip
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        where = f"hydra.launcher.address={address}" if address else "hydra/launcher=ray"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{where}: Ray did not start or connect: {first}") from None
+    return ray
+
+
+def _reachable(address: str) -> None:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UserError(
+            f"hydra.launcher.address={address!r} is not valid: expected <host>:<port> of the "
+            f"Ray head (e.g. 10.0.0.5:6379), auto (the cluster on this machine) or null "
+            f"(start Ray here)"
+        )
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise UserError(
+            f"hydra.launcher.address={address}: no Ray head answers there ({reason}); start one "
+            f"with `ray start --head --port={port}` or fix the address"
+        ) from None
+
+
+def check_resources(cpus: float, gpus: float) -> None:
+    """Some live node of the cluster has ``cpus`` CPUs and ``gpus`` GPUs for one job."""
+    import ray
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
+        return
+    have = ", ".join(sorted({f"{n.get('CPU', 0):g} CPU + {n.get('GPU', 0):g} GPU" for n in nodes}))
+    raise UserError(
+        f"hydra.launcher.gpus_per_job={gpus:g} cpus_per_job={cpus:g}: no node of the Ray "
+        f"cluster has that much for one job (its nodes have: {have or 'none alive'})"
+    )

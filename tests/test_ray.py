@@ -1,0 +1,139 @@
+"""``hydra/launcher=ray`` on a real Ray cluster: two nodes (a head and a worker, one CPU
+each) started once for this module with Ray's own ``ray start``, joined through
+``hydra.launcher.address``; and Ray started by the sweep itself on this machine."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli, run_process
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+# a cluster of the tests' own, not one a developer runs: no token to share, no reporting
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray(*args: str, env: dict) -> None:
+    ray_cli = Path(sys.executable).with_name("ray")
+    res = run_process([ray_cli, *args], env=env, timeout=180)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """``<host>:<port>`` of a 2-node Ray cluster (1 CPU per node) on this machine."""
+    temp = tmp_path_factory.mktemp("ray")
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, **RAY_ENV, "PYTHONPATH": path}  # jobs import tests.helpers
+    port = _free_port()
+    common = ["--num-cpus=1", "--object-store-memory=100000000", "--disable-usage-stats"]
+    try:
+        _ray("start", "--head", f"--port={port}", "--include-dashboard=false",
+             f"--temp-dir={temp}", *common, env=env)  # fmt: skip
+        _ray("start", f"--address=127.0.0.1:{port}", *common, env=env)
+        yield f"127.0.0.1:{port}"
+    finally:
+        _ray("stop", "--force", env=env)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _sweep(tmp_path, data_dir, *args: str, address: str | None = None):
+    sweep = tmp_path / "sweep"
+    where = [f"hydra.launcher.address={address}"] if address else []
+    res = run_cli(
+        "-m", "experiments.train", "-m", "hydra/launcher=ray", *where, *args,
+        f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}", "logger=csv",
+        cwd=tmp_path, env_extra=RAY_ENV,
+    )  # fmt: skip
+    return res, sweep
+
+
+def _jobs(sweep: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(sweep.glob("*/job.json"))]
+
+
+def _complete(job_dir: Path) -> bool:
+    return all((job_dir / f).is_file() for f in ("metrics.json", "checkpoints/best.pt"))
+
+
+def test_jobs_queue_for_the_slots_and_land_on_both_nodes(tmp_path, data_dir, cluster):
+    res, sweep = _sweep(tmp_path, data_dir, "optimizer.lr=0.01,0.02,0.05,0.1", "debug=limit",
+                        address=cluster)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    jobs = _jobs(sweep)
+    assert sorted(j["num"] for j in jobs) == [0, 1, 2, 3]
+    assert all(j["status"] == "ok" for j in jobs)
+    assert all(_complete(sweep / str(j["num"])) for j in jobs)
+    assert len({j["node"] for j in jobs}) == 2  # the head and the worker both ran jobs
+    # never more jobs at once than slots: at each job's start, count those running
+    spans = [(j["ended"] - j["wall_time_s"], j["ended"]) for j in jobs]
+    most = max(sum(s <= start < e for s, e in spans) for start, _ in spans)
+    assert most <= 2
+    with open(sweep / "summary.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 4
+
+
+def test_an_optuna_search_on_ray_gives_every_free_slot_a_trial(tmp_path, data_dir, cluster):
+    res, sweep = _sweep(
+        tmp_path, data_dir, "hparams_search=optuna", "hydra.sweeper.n_trials=6",
+        "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_startup_trials=3", "debug=limit",
+        address=cluster,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    jobs = _jobs(sweep)
+    assert sorted(j["trial"] for j in jobs) == list(range(6))
+    assert all(j["status"] == "ok" and _complete(sweep / str(j["num"])) for j in jobs)
+    summary = (sweep / "summary.md").read_text()
+    assert "Parameter importance" in summary and "fANOVA" in summary
+    assert (sweep / "parallel.png").stat().st_size > 1000
+
+
+def test_ray_mistakes_are_one_line_before_any_job(tmp_path, data_dir, cluster):
+    cases = {
+        f"hydra.launcher.address=127.0.0.1:{_free_port()}": "no Ray head answers there",
+        "hydra.launcher.address=nohost": "expected <host>:<port>",
+        "hydra.launcher.cpus_per_job=0": "needs more than 0 CPUs",
+        f"hydra.launcher.address={cluster} hydra.launcher.gpus_per_job=1": "no node of the Ray",
+    }
+    for args, says in cases.items():
+        res, sweep = _sweep(tmp_path, data_dir, *args.split(), "optimizer.lr=0.01,0.1")
+        assert res.returncode == 2, (args, res.stderr[-2000:])
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and says in lines[0], (args, lines)
+        assert not sweep.exists()  # nothing written, no job started
+
+
+def test_a_lost_job_is_recorded_and_run_again_on_ray_started_here(tmp_path, data_dir):
+    # no address: the sweep starts Ray on this machine itself; job 0's worker is killed
+    # (SIGKILL, as when its node goes) after its first step, the first time only
+    res, sweep = _sweep(
+        tmp_path, data_dir, "hydra.launcher.num_cpus=2", "optimizer.lr=0.01,0.1",
+        "debug=limit", "+callbacks.die._target_=tests.helpers.SignalOnce",
+        "+callbacks.die.step=1", "+callbacks.die.job=0", "+callbacks.die.signum=9",
+        f"+callbacks.die.marker={tmp_path / 'died'}",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (tmp_path / "died").exists()
+    jobs = {j["num"]: j for j in _jobs(sweep)}
+    assert jobs[0]["status"] == "ok" and "WorkerCrashedError" in jobs[0]["lost"]
+    assert jobs[1]["status"] == "ok" and jobs[1]["lost"] is None
+    assert all(_complete(sweep / str(n)) for n in jobs)
+    with open(sweep / "summary.csv", newline="") as f:
+        rows = {r["job"]: r for r in csv.DictReader(f)}
+    assert rows["0"]["remedies"].startswith("lost, ran again (WorkerCrashedError")
