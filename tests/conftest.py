@@ -141,7 +141,10 @@ def run_cli(
     server = None if cold or args[:1] != ("-m",) else warm.server()
     if server is None or server.cold_reason(env):
         return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
-    code, out, err, timed_out = server.run(list(args), cwd, env, timeout)
+    try:
+        code, out, err, timed_out = server.run(list(args), cwd, env, timeout)
+    except warm.NotStarted:  # the server is gone: this command starts a fresh interpreter
+        return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
     if timed_out:
         pytest.fail(
             f"timed out after {timeout:.0f}s and killed: python {' '.join(args)}\n"
@@ -158,3 +161,18 @@ def train_cli(run: Path, data_dir: Path, *overrides: str) -> Path:
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     return run
+
+
+# The longest test files start first: with ``--dist loadfile`` a long file started last
+# keeps one worker busy while the other has nothing left to do (the order only; the
+# durations of ``make test``'s --durations report show which files these are).
+LONGEST_FIRST = ("test_ray.py", "test_sweeps.py", "test_docs_commands_guides.py", "test_bench.py",
+                 "test_slurm.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items) -> None:
+    def rank(item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file's tests stay together, in their order

@@ -201,9 +201,9 @@ def test_freeze_schedule_is_exact_across_a_resume(make_cfg, tmp_path):
     def run(name, *extra):
         return train(make_cfg(*FREEZE, *QUICK, f"paths.output_dir={tmp_path / name}", *extra))
 
-    run("A")
+    run("A", "trainer.max_epochs=2")  # epoch 1 frozen, epoch 2 trained
     run("B", "trainer.max_epochs=1")  # stops while the backbone is still frozen
-    run("B", f"resume={tmp_path / 'B'}")
+    run("B", f"resume={tmp_path / 'B'}", "trainer.max_epochs=2")
     a = torch.load(tmp_path / "A/checkpoints/last.ckpt", weights_only=True)["state_dict"]
     b = torch.load(tmp_path / "B/checkpoints/last.ckpt", weights_only=True)["state_dict"]
     assert a.keys() == b.keys()

@@ -27,6 +27,10 @@ SERVER_SCRIPT = Path(__file__).with_name("warm_server.py")
 START_TIMEOUT = 300.0  # its imports, on a loaded machine
 
 
+class NotStarted(Exception):
+    """The server did not start the command (it is gone, or did not answer)."""
+
+
 class Server:
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="warm-")
@@ -65,11 +69,14 @@ class Server:
                    "stdout": out, "stderr": err}  # fmt: skip
         deadline = time.monotonic() + timeout
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(self.socket)
-            conn.sendall(json.dumps(request).encode() + b"\n")
-            reader = conn.makefile("r")
-            conn.settimeout(60)
-            pid = int(reader.readline())
+            try:
+                conn.settimeout(60)
+                conn.connect(self.socket)
+                conn.sendall(json.dumps(request).encode() + b"\n")
+                reader = conn.makefile("r")
+                pid = int(reader.readline())
+            except (OSError, ValueError) as err:  # nothing started: the caller runs it cold
+                raise NotStarted(str(err)) from err
             conn.settimeout(max(deadline - time.monotonic(), 1.0))
             try:
                 line = reader.readline()

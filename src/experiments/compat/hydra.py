@@ -106,6 +106,18 @@ def job_outcome(job_return) -> tuple[bool, object]:
     return job_return.status != JobStatus.COMPLETED, job_return._return_value
 
 
+def failed_job(cfg: DictConfig, err: BaseException, working_dir: str):
+    """The ``JobReturn`` of a job that never ran ``run_job`` (its launcher lost it): failed
+    with ``err``. ``cfg``: the job's whole config, ``hydra`` node included."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    return JobReturn(
+        overrides=list(cfg.hydra.overrides.task), cfg=cfg, hydra_cfg=cfg,
+        working_dir=working_dir, task_name=str(cfg.hydra.job.name), status=JobStatus.FAILED,
+        _return_value=err,
+    )  # fmt: skip
+
+
 def is_basic_launcher(launcher) -> bool:
     """Whether ``launcher`` is Hydra's basic (in-process, one job at a time) launcher."""
     from hydra._internal.core_plugins.basic_launcher import BasicLauncher

@@ -1,10 +1,11 @@
 """The Ray launcher. Locally it starts Ray itself; ``address=<head>:<port>`` joins a cluster.
 
-Each job runs in a Ray worker process of its own (``max_calls=1``: nothing of one job's
-process state reaches the next), in the sweep's working dir, through Hydra's own
+Each job runs in a Ray worker process, in the sweep's working dir, through Hydra's own
 ``run_job``: the job dir, logging, ``env_set`` and callbacks (the sweep summary) are Hydra's,
-as with the joblib and submitit launchers. Ray pins the GPUs it gives a job through
-``CUDA_VISIBLE_DEVICES``.
+as with the joblib and submitit launchers. As Ray does by default, CPU jobs may run one
+after another in the same worker process (as joblib's workers do; the basic launcher runs
+all jobs in one), and a GPU job gets a fresh process, so that CUDA starts with only the GPUs
+Ray gave it (``CUDA_VISIBLE_DEVICES``) and frees their memory when it ends.
 
 A job Ray loses (its worker or node died, or Ray's memory monitor killed it) is recorded as
 ``lost`` in its ``job.json`` and run again, ``lost_retries`` times, wherever a slot frees; the
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
@@ -75,6 +76,7 @@ def job(
     Singleton.set_state(singleton_state)
     setup_globals()
     os.environ[NODE_ENV] = ray.get_runtime_context().get_node_id()
+    os.environ.pop(LOST_ENV, None)  # a worker runs several jobs: not an earlier job's
     if lost:
         os.environ[LOST_ENV] = lost
     return run_job(
@@ -117,7 +119,6 @@ class RayLauncher(Launcher):
         remote = ray.remote(
             num_cpus=float(s.get("cpus_per_job") or 1),
             num_gpus=float(s.get("gpus_per_job") or 0),
-            max_calls=1,
             max_retries=0,  # a lost job is retried here, where it is recorded
         )(job)
         configs = [self._job_config(list(o), initial_job_idx + i, sweep_dir)
@@ -174,13 +175,11 @@ def _record_lost(cfg: DictConfig, reason: str, retried: bool, status: str = "los
 
 def _failed(cfg: DictConfig, err: BaseException) -> JobReturn:
     """The JobReturn of a job that did not come back from Ray."""
+    from experiments.compat.hydra import failed_job
+
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(_job_dir(cfg))
-    return JobReturn(
-        overrides=list(cfg.hydra.overrides.task), cfg=cfg, hydra_cfg=cfg,
-        working_dir=os.getcwd(), task_name=str(cfg.hydra.job.name), status=JobStatus.FAILED,
-        _return_value=err,
-    )  # fmt: skip
+    return failed_job(cfg, err, os.getcwd())
 
 
 def _first_line(err: BaseException) -> str:
