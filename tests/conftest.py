@@ -139,18 +139,19 @@ def run_cli(
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env_extra or {})}
     server = None if cold or args[:1] != ("-m",) else warm.server()
-    if server is None or server.cold_reason(env):
-        return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
-    try:
-        code, out, err, timed_out = server.run(list(args), cwd, env, timeout)
-    except warm.NotStarted:  # the server is gone: this command starts a fresh interpreter
-        return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
-    if timed_out:
-        pytest.fail(
-            f"timed out after {timeout:.0f}s and killed: python {' '.join(args)}\n"
-            f"---- stdout (tail)\n{out[-3000:]}\n---- stderr (tail)\n{err[-3000:]}"
-        )
-    return subprocess.CompletedProcess([sys.executable, *args], code, out, err)
+    if server is not None and not server.cold_reason(env):
+        try:
+            code, out, err, timed_out = server.run(list(args), cwd, env, timeout)
+        except warm.NotStarted:  # the server is gone: a fresh interpreter runs it below
+            pass
+        else:
+            if timed_out:
+                pytest.fail(
+                    f"timed out after {timeout:.0f}s and killed: python {' '.join(args)}\n"
+                    f"---- stdout (tail)\n{out[-3000:]}\n---- stderr (tail)\n{err[-3000:]}"
+                )
+            return subprocess.CompletedProcess([sys.executable, *args], code, out, err)
+    return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
 
 
 def train_cli(run: Path, data_dir: Path, *overrides: str) -> Path:

@@ -133,3 +133,14 @@ def test_a_lost_job_is_recorded_and_run_again_on_ray_started_here(tmp_path, data
     with open(sweep / "summary.csv", newline="") as f:
         rows = {r["job"]: r for r in csv.DictReader(f)}
     assert rows["0"]["remedies"].startswith("lost, ran again (WorkerCrashedError")
+
+
+def test_a_job_the_launcher_could_not_run_is_failed_not_healed(tmp_path):
+    from experiments.tracking.sweep_summary import collect, record_lost
+
+    record_lost(tmp_path / "0", 0, ["optimizer.lr=0.1"], "RaySystemError: gone", False, "failed")
+    record_lost(tmp_path / "1", 1, ["optimizer.lr=0.2"], "WorkerCrashedError: died", False)
+    rows = {r["job"]: r for r in collect(tmp_path, "val/acc")}
+    assert (rows[0]["status"], rows[0]["remedies"]) == ("failed", "")
+    assert (rows[1]["status"], rows[1]["remedies"]) == ("lost", "")  # lost for good
+    assert rows[1]["error"] == "WorkerCrashedError: died"

@@ -22,8 +22,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from experiments.console import in_sweep
-from experiments.errors import UserError, find_in_chain
-from experiments.runs.files import write_json
+from experiments.errors import UserError, find_in_chain, one_line
+from experiments.runs.files import read_json_object, write_json
 from experiments.runs.layout import RunDir
 
 log = logging.getLogger(__name__)
@@ -113,14 +113,8 @@ def _record_diverged(cfg: DictConfig, err: BaseException, applied: list[str]) ->
 
 
 def _add_to_metrics_file(cfg: DictConfig, values: dict[str, Any]) -> None:
-    import json
-
     path = RunDir(cfg.paths.output_dir).metrics
-    try:
-        found = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        found = {}
-    write_json(path, {**(found if isinstance(found, dict) else {}), **values})
+    write_json(path, {**read_json_object(path), **values})
 
 
 def _set_aside_checkpoints(cfg: DictConfig, attempt: int) -> None:
@@ -138,4 +132,4 @@ def _free_memory() -> None:
 
 
 def _first_line(err: BaseException | None) -> str:
-    return str(err).strip().splitlines()[0][:300] if err is not None else ""
+    return one_line(err)[:300] if err is not None else ""

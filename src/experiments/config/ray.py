@@ -10,7 +10,7 @@ import socket
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line
 
 # how long a head address may take to accept a connection before it counts as unreachable
 CONNECT_TIMEOUT_S = 5.0
@@ -60,8 +60,7 @@ def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | No
             )  # fmt: skip
     except (ConnectionError, RuntimeError, ValueError) as err:
         where = f"hydra.launcher.address={address}" if address else "hydra/launcher=ray"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"{where}: Ray did not start or connect: {first}") from None
+        raise UserError(f"{where}: Ray did not start or connect: {one_line(err)}") from None
     return ray
 
 

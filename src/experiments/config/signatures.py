@@ -47,9 +47,7 @@ def signature(target: str) -> Signature | None:
     if cached is not source_cache.MISSING:
         return _signature_from(target, cached)
     with source_cache.recording() as files:
-        found = _definition(module, name, 0)
-        params = _params(*found, 0) if found is not None else None
-    sig = Signature(target, *params) if params is not None else None
+        sig = _read_signature(target)
     source_cache.put(key, _signature_to(sig), files)
     return sig
 
@@ -75,10 +73,11 @@ def _signature_from(target: str, saved: Any) -> Signature | None:
         }
         return Signature(target, params, bool(saved["any_key"]))
     except (TypeError, KeyError, ValueError, SyntaxError):
-        return None if saved is None else _uncached_signature(target)
+        return None if saved is None else _read_signature(target)
 
 
-def _uncached_signature(target: str) -> Signature | None:
+def _read_signature(target: str) -> Signature | None:
+    """``target``'s signature read from its source (no cache)."""
     module, _, name = target.rpartition(".")
     found = _definition(module, name, 0)
     params = _params(*found, 0) if found is not None else None

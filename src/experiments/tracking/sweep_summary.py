@@ -94,11 +94,13 @@ def record_lost(
     job_dir: Path, num: int, overrides: list[str], reason: str, retried: bool, status="lost"
 ) -> None:
     """A job its launcher lost (its worker or node died): recorded as ``lost`` (it will run
-    again when ``retried``) until a new attempt writes its own record."""
+    again when ``retried``) until a new attempt writes its own record. ``status="failed"``:
+    one the launcher could not run at all (not lost, so not counted as healed either)."""
     write_json(job_dir / JOB_FILE, {
         "num": num, "trial": None, "overrides": overrides, "status": status,
         "error": f"{reason}{'; running it again' if retried else ''}"[:300],
-        "value": None, "wall_time_s": None, "node": None, "lost": reason,
+        "value": None, "wall_time_s": None, "node": None,
+        "lost": reason if status == "lost" else None,
     })  # fmt: skip
 
 
@@ -179,16 +181,7 @@ def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
             "wall_time_s": job.get("wall_time_s"),
             "status": status,
             "error": job.get("error") or "",
-            "remedies": "; ".join(
-                [
-                    *(metrics.get("remedies") or []),
-                    *(
-                        [f"lost, ran again ({job['lost']})"]
-                        if job.get("lost") and status != "lost"
-                        else []
-                    ),
-                ]
-            ),
+            "remedies": "; ".join(_remedies(job, metrics, status)),
             "dir": job_file.parent.name,
         }
         if pareto is not None:
@@ -197,25 +190,35 @@ def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _fanova(sweep_dir: Path) -> dict | None:
-    """The parameter importances our Optuna sweeper wrote, when it did."""
+def _remedies(job: dict, metrics: dict, status: str) -> list[str]:
+    """How the job was healed: metrics.json's remedies (experiments.remedies), and a run
+    again after its launcher lost an attempt (hydra/launcher=ray)."""
+    healed = list(metrics.get("remedies") or [])
+    if job.get("lost") and status != "lost":
+        healed.append(f"lost, ran again ({job['lost']})")
+    return healed
+
+
+def _optuna_results(sweep_dir: Path) -> dict:
+    """``optimization_results.yaml``, which our Optuna sweeper writes ({} without one)."""
     results = sweep_dir / "optimization_results.yaml"
     if not results.is_file():
-        return None
+        return {}
     import yaml
 
-    found = (yaml.safe_load(results.read_text()) or {}).get("importance")
+    found = yaml.safe_load(results.read_text())
+    return found if isinstance(found, dict) else {}
+
+
+def _fanova(sweep_dir: Path) -> dict | None:
+    """The parameter importances our Optuna sweeper wrote, when it did."""
+    found = _optuna_results(sweep_dir).get("importance")
     return found if isinstance(found, dict) and found else None
 
 
 def _pareto_trials(sweep_dir: Path) -> set[int] | None:
     """Trial numbers on the Pareto front of a multi-objective Optuna search, else None."""
-    results = sweep_dir / "optimization_results.yaml"
-    if not results.is_file():
-        return None
-    import yaml
-
-    front = (yaml.safe_load(results.read_text()) or {}).get("pareto_front")
+    front = _optuna_results(sweep_dir).get("pareto_front")
     return None if front is None else {p["trial"] for p in front}
 
 

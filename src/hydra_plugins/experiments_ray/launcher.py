@@ -183,5 +183,6 @@ def _failed(cfg: DictConfig, err: BaseException) -> JobReturn:
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+    from experiments.errors import one_line
+
+    return f"{type(err).__name__}: {one_line(err)}"[:300]
