@@ -105,6 +105,9 @@ def test_ray_mistakes_are_one_line_before_any_job(tmp_path, data_dir, cluster):
         f"hydra.launcher.address=127.0.0.1:{_free_port()}": "no Ray head answers there",
         "hydra.launcher.address=nohost": "expected <host>:<port>",
         "hydra.launcher.cpus_per_job=0": "needs more than 0 CPUs",
+        "hydra.launcher.address=127.0.0.1:99999": "expected <host>:<port>",
+        "hydra.launcher.lost_retries=-1": "lost_retries=-1 is not valid: expected 0 or more",
+        "hydra.launcher.num_cpus=-3": "num_cpus=-3 is not valid: expected 0 or more",
         f"hydra.launcher.address={cluster} hydra.launcher.gpus_per_job=1": "no node of the Ray",
     }
     for args, says in cases.items():

@@ -32,6 +32,13 @@ def check_ray_launcher(cfg: DictConfig) -> None:
             f"hydra.launcher.cpus_per_job={cpus:g}, gpus_per_job={gpus:g}: a job needs more "
             f"than 0 CPUs and 0 or more GPUs"
         )
+    for key in ("num_cpus", "num_gpus", "lost_retries"):
+        value = launcher.get(key)
+        if value is not None and value < 0:
+            raise UserError(
+                f"hydra.launcher.{key}={value} is not valid: expected 0 or more"
+                + (" (or null: all of this machine's)" if key != "lost_retries" else "")
+            )
     connect(launcher.get("address"), launcher.get("num_cpus"), launcher.get("num_gpus"))
     check_resources(cpus, gpus)
 
@@ -66,7 +73,7 @@ def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | No
 
 def _reachable(address: str) -> None:
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UserError(
             f"hydra.launcher.address={address!r} is not valid: expected <host>:<port> of the "
             f"Ray head (e.g. 10.0.0.5:6379), auto (the cluster on this machine) or null "
