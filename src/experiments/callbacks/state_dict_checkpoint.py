@@ -24,12 +24,22 @@ class StateDictCheckpoint(L.Callback):
     ``last.json``) with epoch, step, the monitored value and the net's config. A NaN or
     infinite monitored value never replaces ``best.pt``.
 
+    A tie on ``monitor`` (common on a small validation split: val/acc 1.0 from epoch 1) is
+    broken by ``tie_break`` (lower is better), then by the later epoch; an epoch of a
+    fine-tune's head-only phase (the module's ``warming_up``) never wins a tie against one
+    that trained the whole net. ``best.json`` says why its epoch was chosen, and a one-line
+    warning (kept in ``warnings``, recorded in ``best.json``) says when the validation split
+    is too small to rank epochs or saturates at the metric's bound.
+
     Args:
         dirpath: folder of the files; None means ``<trainer.default_root_dir>/checkpoints``.
         monitor: metric deciding "best" (logged by the module or a callback).
         mode: ``max`` or ``min``.
         save_last: also write ``last.pt`` at the end of every training epoch.
         net_config: the net's config, recorded in the sidecars (so the file can be rebuilt).
+        tie_break: the metric (lower is better) that decides between epochs tied on
+            ``monitor``; then the later epoch wins.
+        min_val_per_class: fewer validation samples per class than this is warned about.
     """
 
     def __init__(
@@ -39,6 +49,8 @@ class StateDictCheckpoint(L.Callback):
         mode: str = "max",
         save_last: bool = True,
         net_config: Any = None,
+        tie_break: str | None = "val/loss",
+        min_val_per_class: int = 20,
     ) -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
@@ -51,8 +63,15 @@ class StateDictCheckpoint(L.Callback):
             if OmegaConf.is_config(net_config)
             else net_config
         )
+        self.tie_break = tie_break
+        self.min_val_per_class = min_val_per_class
         self.best_score: float | None = None
         self.best_epoch: int | None = None
+        self.best_tie_value: float | None = None
+        self.best_warming_up = False
+        self.reason: str | None = None
+        self.warnings: list[str] = []
+        self._warned: set[str] = set()  # kinds of warning said (each once per run)
 
     @property
     def best_path(self) -> Path | None:
@@ -66,12 +85,23 @@ class StateDictCheckpoint(L.Callback):
         if self.dirpath is None:
             self.dirpath = Path(trainer.default_root_dir) / "checkpoints"
 
-    def _improved(self, value: float) -> bool:
+    def _choice(self, value: float, tie: float | None, warming_up: bool) -> str | None:
+        """Why this epoch replaces the best one, or None when the best one stays."""
         if not math.isfinite(value):
-            return False
+            return None
+        name = self.monitor
         if self.best_score is None:
-            return True
-        return value > self.best_score if self.mode == "max" else value < self.best_score
+            return f"first {name} = {value:.6g}"
+        if value != self.best_score:
+            better = value > self.best_score if self.mode == "max" else value < self.best_score
+            return f"{name} improved: {self.best_score:.6g} -> {value:.6g}" if better else None
+        at = f"tie on {name} = {value:.6g} with epoch {self.best_epoch + 1}"
+        if warming_up != self.best_warming_up:
+            return None if warming_up else f"{at}, which trained the head only"
+        old = self.best_tie_value
+        if tie is not None and old is not None and math.isfinite(tie) and tie != old:
+            return f"{at}; lower {self.tie_break}: {tie:.6g} < {old:.6g}" if tie < old else None
+        return f"{at}; the later epoch is kept"
 
     def _save(self, trainer, pl_module, name: str, value: float | None) -> None:
         # every rank takes part (FSDP gathers the full weights collectively); rank 0 writes
@@ -96,6 +126,7 @@ class StateDictCheckpoint(L.Callback):
                 "net": self.net_config,
                 "in_shape": list(getattr(datamodule, "input_shape", []) or []),
                 "class_names": list(getattr(datamodule, "class_names", []) or []),
+                **({"reason": self.reason, "warnings": self.warnings} if name == "best" else {}),
             },
         )
 
@@ -114,9 +145,44 @@ class StateDictCheckpoint(L.Callback):
                 trainer.current_epoch,
             )
             return
-        if self._improved(value):
+        self._check_ranking(trainer, value)
+        tie = trainer.callback_metrics.get(self.tie_break) if self.tie_break else None
+        tie = None if tie is None else float(tie)
+        warming_up = bool(getattr(pl_module, "warming_up", False))
+        reason = self._choice(value, tie, warming_up)
+        if reason is not None:
             self.best_score, self.best_epoch = value, trainer.current_epoch
+            self.best_tie_value, self.best_warming_up, self.reason = tie, warming_up, reason
             self._save(trainer, pl_module, "best", value)
+
+    def _check_ranking(self, trainer, value: float) -> None:
+        """Warn once when the validation split cannot rank epochs: too few samples per
+        class, or the monitored value at its bound (accuracy-like 1.0, or 0 when minimized)."""
+        advice = "use a larger data.val_fraction or k-fold (cv.folds=5)"
+        datamodule = trainer.datamodule
+        n_val = len(getattr(datamodule, "val_set", None) or ())
+        n_classes = int(getattr(datamodule, "num_classes", 0) or 0)
+        if n_val and n_classes and n_val / n_classes < self.min_val_per_class:
+            self._warn(
+                "too small",
+                f"the validation split has {n_val} samples for {n_classes} classes "
+                f"(< {self.min_val_per_class} per class): too few to rank epochs; {advice}",
+            )
+        bounded = any(w in self.monitor.split("/")[-1] for w in ("acc", "f1", "recall", "prec"))
+        bound = 1.0 if self.mode == "max" else 0.0
+        if (bounded or self.mode == "min") and value == bound:
+            self._warn(
+                "saturated",
+                f"{self.monitor} reached its bound {bound:g} at epoch {trainer.current_epoch + 1}: "
+                f"the validation split cannot tell later epochs apart (ties go to lower "
+                f"{self.tie_break}, then the later epoch); {advice}",
+            )
+
+    def _warn(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            self.warnings.append(message)
+            log.warning(message)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if not self.save_last or trainer.fast_dev_run:
@@ -125,8 +191,21 @@ class StateDictCheckpoint(L.Callback):
         self._save(trainer, pl_module, "last", None if current is None else float(current))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best_score": self.best_score, "best_epoch": self.best_epoch}
+        return {
+            "best_score": self.best_score,
+            "best_epoch": self.best_epoch,
+            "best_tie_value": self.best_tie_value,
+            "best_warming_up": self.best_warming_up,
+            "reason": self.reason,
+            "warnings": list(self.warnings),
+            "warned": sorted(self._warned),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best_score = state_dict.get("best_score")
         self.best_epoch = state_dict.get("best_epoch")
+        self.best_tie_value = state_dict.get("best_tie_value")
+        self.best_warming_up = bool(state_dict.get("best_warming_up", False))
+        self.reason = state_dict.get("reason")
+        self.warnings = list(state_dict.get("warnings") or [])
+        self._warned = set(state_dict.get("warned") or [])

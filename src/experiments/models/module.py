@@ -144,6 +144,12 @@ class ClassificationModule(L.LightningModule):
         self._backbone_frozen = False
 
     @property
+    def warming_up(self) -> bool:
+        """True in the head-only epochs of a fine-tune: a checkpoint of such an epoch never
+        wins a tie against one of the whole net (``StateDictCheckpoint``)."""
+        return self._backbone_frozen
+
+    @property
     def eval_net(self) -> nn.Module:
         """The net that is validated, tested and exported: the EMA of the weights when on."""
         return self.ema if self.ema is not None else self.net
