@@ -53,3 +53,16 @@ def test_an_optuna_search_shows_fanova_importance(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "Optuna's fANOVA importance" in summary and f"| lr | {importance['lr']:.4f} |" in summary
     assert _importance(optuna.create_study()) == {}  # no finished trial: none, not an error
+
+
+def test_seeds_are_replicates_not_hyperparameters(tmp_path):
+    # lr decides; the seed only replicates: it gets no importance and no axis in the plots
+    grid = [("0.01", 0, 0.50), ("0.01", 1, 0.52), ("0.1", 0, 0.80), ("0.1", 1, 0.90)]
+    for num, (lr, seed, acc) in enumerate(grid):
+        _job(tmp_path, num, [f"optimizer.lr={lr}", f"seed={seed}"], acc)
+    rows = write_summary(tmp_path, "val/acc", "max")
+    done, keys = swept(rows, "val/acc")
+    assert keys == ["optimizer.lr"]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| optimizer.lr |" in summary and "| seed |" not in summary
+    assert not (tmp_path / "contour.png").exists()  # one real key: nothing to contour

@@ -17,6 +17,15 @@ from typing import Any
 from experiments.runs.files import atomic_write
 
 PARALLEL, CONTOUR = "parallel.png", "contour.png"
+# keys that only replicate a setting: never a hyperparameter (no importance, no axis in the
+# plots; a contour between seed 0 and seed 1 means nothing)
+REPLICATE_KEYS = frozenset({"seed", "+seed"})
+
+
+def is_replicate(key: str) -> bool:
+    """``seed`` (any section's, e.g. ``data.split_seed``) replicates a run; not a setting."""
+    name = key.lstrip("+~").rsplit(".", 1)[-1]
+    return key in REPLICATE_KEYS or name == "seed" or name.endswith("_seed")
 
 
 def swept(rows: list[dict[str, Any]], metric: str) -> tuple[list[dict], list[str]]:
@@ -28,7 +37,7 @@ def swept(rows: list[dict[str, Any]], metric: str) -> tuple[list[dict], list[str
             continue
         setting = dict(item.partition("=")[::2] for item in str(row["overrides"]).split())
         done.append({**setting, metric: float(value)})
-    keys = sorted({k for r in done for k in r if k != metric})
+    keys = sorted({k for r in done for k in r if k != metric and not is_replicate(k)})
     varying = [k for k in keys if len({r.get(k) for r in done}) > 1]
     return done, varying
 
@@ -51,7 +60,7 @@ def section(sweep_dir: Path, rows: list[dict], metric: str, fanova: dict | None)
     if len(done) < 2 or not keys:
         return ""
     if fanova:
-        importance = {k: float(v) for k, v in fanova.items()}
+        importance = {k: float(v) for k, v in fanova.items() if not is_replicate(k)}
         how = "Optuna's fANOVA importance (share of the metric's variance each parameter explains)"
     else:
         importance = spread(done, keys, metric)
