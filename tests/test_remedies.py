@@ -72,3 +72,36 @@ def test_a_diverged_job_is_retried_at_a_lower_lr_or_ends_as_diverged(tmp_path, d
     assert first["status"] == "diverged" and first["diverged_at_step"] >= 2  # NaN from step 2
     summary = (sweep / "summary.md").read_text()
     assert "1 diverged" in summary and "| remedies |" in summary
+
+
+def test_the_cpu_allocators_out_of_memory_halves_the_batch_too(tmp_path, data_dir):
+    # the real CPU allocator error ("DefaultCPUAllocator: can't allocate memory", not "out of
+    # memory") for a batch above 16: the run halves its batch twice and trains to the end
+    run = tmp_path / "r"
+    res = run_cli(
+        "-m", "experiments.train", "data.batch_size=64", "debug=limit", "logger=none",
+        "+callbacks.oom._target_=tests.sweep_fault_helpers.CpuAllocatorFailsAbove",
+        "+callbacks.oom.max_batch=16", f"paths.data_dir={data_dir}", f"hydra.run.dir={run}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["remedies"] == [
+        "data.batch_size=32 trainer.accumulate_grad_batches=2 (out of memory at batch 64)",
+        "data.batch_size=16 trainer.accumulate_grad_batches=4 (out of memory at batch 32)",
+    ]
+    assert "test/acc" in metrics
+    assert "can't allocate memory" in res.stdout + res.stderr  # the cause, in one line each
+
+
+def test_what_counts_as_out_of_memory():
+    import torch
+
+    from experiments.remedies import is_out_of_memory
+
+    with pytest.raises(RuntimeError) as cpu:
+        torch.empty(2**50, dtype=torch.uint8)  # more than any address space
+    assert is_out_of_memory(cpu.value)
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate"))
+    assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not is_out_of_memory(ValueError("can't allocate memory"))  # not an allocator's

@@ -1,7 +1,8 @@
 """Jobs that heal themselves: a run that fails for a mechanical reason is fixed and run
 again, each remedy recorded in ``metrics.json`` (and so in a sweep's summary).
 
-- **Out of memory** (``torch.OutOfMemoryError``): half the batch size and twice the
+- **Out of memory** (``torch.OutOfMemoryError`` on a GPU; on a CPU the allocator's
+  ``RuntimeError``, "DefaultCPUAllocator: can't allocate memory"): half the batch size and twice the
   gradient accumulation, so the effective batch, the optimizer steps per epoch and the
   learning-rate schedule stay the same; down to ``remedies.min_batch_size``.
 - **Diverged** (a NaN or inf training loss): ``remedies.diverged_retries`` more runs, each
@@ -29,13 +30,21 @@ from experiments.runs.layout import RunDir
 log = logging.getLogger(__name__)
 
 
+# what an allocator says when it cannot give the memory a tensor needs: CUDA's and MPS's
+# "out of memory", the CPU allocator's "can't allocate memory" (errno ENOMEM) or, on
+# Windows, "not enough memory"
+OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "not enough memory")
+
+
 def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is a tensor allocation that did not fit, on any device."""
     import torch
 
     oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
-    return isinstance(err, oom) or (
-        isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
-    )
+    if isinstance(err, oom):
+        return True
+    text = str(err).lower() if isinstance(err, RuntimeError) else ""
+    return any(words in text for words in OUT_OF_MEMORY)
 
 
 def train_with_remedies(cfg: DictConfig, train: Callable[[DictConfig], dict]) -> dict | None:
