@@ -159,3 +159,18 @@ def test_non_finite_value_never_replaces_best(tmp_path):
     side = json.loads((tmp_path / "best.json").read_text())
     assert (side["epoch"], side["value"]) == (1, 0.5)  # 1-based, as the console counts
     assert json.loads((tmp_path / "last.json").read_text())["epoch"] == 3
+
+
+def test_safetensors_weights_round_trip_and_a_corrupt_file_is_one_line(tmp_path):
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(3))
+    net(torch.randn(2, 1, 8, 8))
+    state = {f"_orig_mod.{k}": v for k, v in net.state_dict().items()}  # as torch.compile names
+    path = save_state_dict(state, tmp_path / "best.safetensors")
+    assert path.read_bytes()[8:9] == b"{"  # a JSON header, no pickle
+    loaded = read_state_dict(path)
+    assert set(loaded) == set(net.state_dict())
+    assert all(torch.equal(loaded[k], v) for k, v in net.state_dict().items())
+    data = bytearray(path.read_bytes())
+    path.write_bytes(bytes(data[: len(data) // 2]))  # truncated
+    with pytest.raises(UserError, match="cannot be loaded"):
+        read_state_dict(path)

@@ -1,5 +1,7 @@
-"""Weights-only state_dict files (``best.pt``, ``last.pt``): written atomically, loaded
-with ``weights_only=True`` so that a loaded file never runs code."""
+"""Weights-only state_dict files: written atomically and loaded so that a loaded file never
+runs code. ``.safetensors`` (``best.safetensors``, ``last.safetensors``: the format the field
+adopted for weights that are only tensors, with no pickle at all) is what runs write; a
+``.pt`` of an older run is loaded with ``torch.load(weights_only=True)``."""
 
 from __future__ import annotations
 
@@ -11,13 +13,22 @@ from experiments.errors import UserError, one_line
 from experiments.runs.files import atomic_write
 
 COMPILE_PREFIX = "_orig_mod."
+SAFETENSORS = ".safetensors"
 
 
 def save_state_dict(state_dict: dict, path: str | os.PathLike) -> Path:
-    """``torch.save`` a state_dict atomically, with ``_orig_mod.`` (torch.compile) stripped."""
+    """Save a state_dict atomically, with ``_orig_mod.`` (torch.compile) stripped: as
+    safetensors when ``path`` ends in ``.safetensors``, else with ``torch.save``."""
     import torch
 
     clean = strip_compile_prefix(state_dict)
+    if str(path).endswith(SAFETENSORS):
+        from safetensors.torch import save
+
+        # contiguous, unshared CPU copies: safetensors refuses views and shared storage
+        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in clean.items()}
+        payload = save(tensors)
+        return atomic_write(path, lambda f: f.write(payload))
     return atomic_write(path, lambda f: torch.save(clean, f))
 
 
@@ -43,6 +54,8 @@ def safe_load(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
         raise UserError(f"checkpoint not found: {path}")
     if path.stat().st_size == 0:
         raise UserError(f"checkpoint {path} is empty (0 bytes)")
+    if path.suffix == SAFETENSORS:
+        return _load_safetensors(path, map_location)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # truncated zip, pickle refused by the weights-only unpickler, ...
@@ -50,6 +63,17 @@ def safe_load(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
         if "weights_only" in str(err) or "Unsupported" in str(err):
             reason = "it holds pickled objects that are not plain data (refused, not run)"
         raise UserError(f"checkpoint {path} cannot be loaded: {reason[:200]}") from None
+
+
+def _load_safetensors(path: Path, map_location: Any) -> dict:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    device = str(map_location) if isinstance(map_location, str) else "cpu"
+    try:
+        return load_file(path, device=device)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise UserError(f"checkpoint {path} cannot be loaded: {one_line(err)[:200]}") from None
 
 
 def read_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
