@@ -277,9 +277,9 @@ def test_unreadable_runs_are_skipped_and_listed(tmp_path, monkeypatch, capsys):
     md = (tmp_path / "cmp" / "compare.md").read_text()
     for text in (out, md):
         assert "skipped 6 runs:" in text
-        assert "sweep/lr0.01-s0: metrics.json unreadable (JSONDecodeError" in text
+        assert "sweep/lr0.01-s0: metrics.json: not valid JSON (Unterminated string" in text
         assert "sweep/lr0.01-s1: metrics.json has no test/acc" in text
-        assert "sweep/lr0.01-s2: .hydra/config.yaml unreadable" in text
+        assert "sweep/lr0.01-s2: .hydra/config.yaml: not valid YAML" in text
         assert "sweep/lr0.05-s0: test/acc is nan in metrics.json, not a finite number" in text
         assert "sweep/unfinished: no metrics.json (unfinished or failed run)" in text
         assert "sweep/failed: no metrics.json: the job failed (OSError: disk)" in text
@@ -307,7 +307,7 @@ def test_nothing_to_compare_exits_2_in_one_line(tmp_path):
     torn.joinpath("metrics.json").write_text('{"test/ac')
     res = run_cli("-m", "experiments.compare", str(tmp_path / "torn"), cwd=tmp_path)
     assert_one_line_error(
-        res, "no run to compare under", "skipped 1 run:", "metrics.json unreadable"
+        res, "no run to compare under", "skipped 1 run:", "metrics.json: not valid JSON"
     )
 
     with pytest.raises(UserError, match=r"no such file or folder: .*nope.*metrc=x: not an option"):
@@ -418,9 +418,9 @@ def test_real_sweep_torn_metrics_is_skipped(sweep, tmp_path, monkeypatch, capsys
     monkeypatch.chdir(tmp_path)
     main(["sweep", "out=cmp"])
     out = capsys.readouterr().out
-    assert "skipped 1 run:\n- sweep/0: metrics.json unreadable (JSONDecodeError" in out
+    assert "skipped 1 run:\n- sweep/0: metrics.json: not valid JSON (" in out
     md = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "- sweep/0: metrics.json unreadable" in md
+    assert "- sweep/0: metrics.json: not valid JSON" in md
     assert sorted(r[2] for r in table_rows(md)) == ["2", "3"]
 
 
@@ -465,3 +465,73 @@ def test_real_sweep_gets_a_seed_verdict_and_a_latex_table(sweep, tmp_path):
     tex = (tmp_path / "cmp" / "compare.tex").read_text()
     assert tex.count("\\\\") == 3 and "\\begin{tabular}" in tex  # header + 2 groups
     assert "optimizer.lr" in tex and "$\\pm$" in tex and "\\textbf{" in tex
+
+
+# ---------------------------------------------------------------- hostile run folders
+
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)
+)
+
+
+def test_hostile_run_files_are_skipped_one_line_each_and_the_rest_compared(tmp_path):
+    """Files in a run folder are data: a YAML alias bomb, a python tag, deep nesting, bytes
+    that are not UTF-8, numbers too large for a float, control characters and a job.json of
+    the wrong shape each make that run a one-line reason on stderr; nothing hangs, nothing
+    runs, and the good runs are compared."""
+    root = tmp_path / "runs"
+    lr_runs(root, {0.01: [0.8, 0.81], 0.05: [0.9, 0.91]})
+    marker = tmp_path / "pwned"
+    good = yaml.safe_dump(config())
+    bad_configs = {
+        "bomb": ALIAS_BOMB,
+        "tag": good + f'evil: !!python/object/apply:os.system ["touch {marker}"]\n',
+        "deep": "x: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n",
+        "selfref": good + "loop: &l [*l]\n",
+        "latin1": good.encode().decode() + "label: caf\xe9\n",  # written as Latin-1 below
+    }
+    for name, text in bad_configs.items():
+        run = write_run(root / f"cfg-{name}", config(), {"test/acc": 0.5})
+        data = text.encode("latin-1") if name == "latin1" else text.encode()
+        (run / ".hydra" / "config.yaml").write_bytes(data)
+    bad_metrics = {
+        "deep": b"[" * 100_000 + b"]" * 100_000,
+        "notutf8": b'\xff\xfe{"test/acc": 0.5}',
+        "bigint": b'{"test/acc": ' + b"9" * 5000 + b"}",
+        "huge": b'{"test/acc": 1e999}',
+        "control": json.dumps({"test/acc": "\x1b[31m\nerror: fake line"}).encode(),
+        "list": b"[1, 2]",
+    }
+    for name, data in bad_metrics.items():
+        run = write_run(root / f"met-{name}", config(), {"test/acc": 0.5})
+        (run / "metrics.json").write_bytes(data)
+    unfinished = root / "job-list"
+    (unfinished / ".hydra").mkdir(parents=True)
+    (unfinished / ".hydra" / "config.yaml").write_text(good)
+    (unfinished / "job.json").write_text('["status", "failed"]')
+    failed = root / "job-multiline"
+    shutil.copytree(unfinished, failed)
+    error = "Traceback (most recent call last):\n  File x\nValueError: boom"
+    (failed / "job.json").write_text(json.dumps({"status": "failed", "error": error}))
+    # a dict inside a list with keys of mixed types: compared (it once raised TypeError)
+    write_run(root / "mixed-keys", config(extra=[{1: "a", "b": "c"}]), {"test/acc": 0.7})
+
+    res = run_cli("-m", "experiments.compare", str(root), "out=cmp", cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and not marker.exists()
+    warned = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    broken = {f"cfg-{n}" for n in bad_configs} | {f"met-{n}" for n in bad_metrics}
+    broken |= {"job-list", "job-multiline"}
+    assert len(warned) == len(broken), res.stderr
+    assert all(ln.startswith("warning: skipped ") for ln in warned), res.stderr
+    why = {ln.split()[2].rstrip(":").rsplit("/", 1)[-1]: ln for ln in warned}
+    assert set(why) == broken, sorted(why)
+    assert "aliases expand to more than" in why["cfg-bomb"]
+    assert "not valid YAML" in why["cfg-tag"] and "not UTF-8" in why["cfg-latin1"]
+    assert "not UTF-8" in why["met-notutf8"] and "nested too deeply" in why["met-deep"]
+    assert "not a finite number" in why["met-huge"] and "\\x1b" in why["met-control"]
+    assert "the job failed (ValueError: boom)" in why["job-multiline"]
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    n = header(md).index("n")
+    assert sorted(r[n] for r in table_rows(md)) == ["1", "2", "2"]  # 4 good runs + mixed-keys
+    assert f"skipped {len(broken)} runs:" in md

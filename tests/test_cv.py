@@ -106,3 +106,30 @@ def test_bad_fold_counts_fail_in_one_line(tmp_path, data_dir, override, message)
     assert res.returncode == 2, res.stderr[-2000:]
     assert message in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_corrupt_kept_fold_is_one_line_naming_it(tmp_path):
+    from omegaconf import OmegaConf
+
+    from experiments.cross_validation import cross_validate
+    from experiments.errors import UserError
+
+    run = tmp_path / "cv"
+    for k, text in enumerate(['{"val/acc": 0.5, "epochs": 2}', '{"val/acc": 0.6, "epo']):
+        (run / f"fold_{k}").mkdir(parents=True)
+        (run / f"fold_{k}" / "metrics.json").write_text(text)
+    cfg = OmegaConf.create(
+        {"cv": {"folds": 2}, "paths": {"output_dir": str(run)}, "resume": str(run),
+         "optimized_metric": "val/acc"}
+    )  # fmt: skip
+
+    def never(_cfg):
+        raise AssertionError("both folds were finished: nothing should train")
+
+    with pytest.raises(UserError, match=r"fold_1/metrics.json: not valid JSON") as err:
+        cross_validate(cfg, never)
+    assert "\n" not in str(err.value)
+    # a number too large for a float is left out of the mean, not an OverflowError
+    (run / "fold_1" / "metrics.json").write_text('{"val/acc": 0.7, "epochs": 1' + "0" * 400 + "}")
+    means = cross_validate(cfg, never)
+    assert means["val/acc"] == pytest.approx(0.6) and "epochs" not in means

@@ -53,6 +53,7 @@ from pathlib import Path
 
 from experiments.analysis.groups import compare
 from experiments.analysis.report import markdown, write_report
+from experiments.analysis.runs import show_path
 from experiments.config.saved import parse_args
 from experiments.errors import UserError, exit_with
 
@@ -83,7 +84,7 @@ not, about how many seeds per group would decide it (80% power at the observed
 difference).
 
 Runs whose metrics.json or config cannot be read, or that lack the metric, are skipped and
-listed. Exit status 2 when no run can be compared."""
+listed (and named on stderr, one line each). Exit status 2 when no run can be compared."""
 
 
 def default_out(paths: list[str]) -> Path:
@@ -106,6 +107,8 @@ def _main(argv: list[str]) -> None:
     options, _ = parse_args(options_args, own, USAGE)
     ignore = [k for k in options["ignore"].split(",") if k.strip()]
     comparison = compare(paths, options["metric"], options["mode"], ignore)
+    for path, why in comparison.skipped:  # a broken run is named, and the others compared
+        print(f"warning: skipped {show_path(path)}: {why}", file=sys.stderr)
     out = options["out"] or default_out(paths)
     wrote = write_report(comparison, out, tex)  # first: `| head` cannot stop it
     print(markdown(comparison, runs_section=False), end="")

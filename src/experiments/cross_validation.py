@@ -12,7 +12,6 @@ continues from its own ``last.ckpt``, one that had not starts fresh.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from experiments.errors import UserError
+from experiments.runs.files import read_json
 from experiments.runs.layout import RunDir
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,8 @@ def cross_validate(cfg: DictConfig, train_one: Callable[[DictConfig], dict]) -> 
         else:
             log.info("cv fold %d/%d in %s", k + 1, folds, fold.path)
             train_one(_fold_config(cfg, k, fold))
-        per_fold.append(json.loads(fold.metrics.read_text()))
+        # a fold kept from before is a file handed to us: a corrupt one is one line
+        per_fold.append(read_json(fold.metrics, kind=dict))
     return write_summary(run_dir, per_fold, str(cfg.optimized_metric))
 
 
@@ -71,9 +72,8 @@ def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
     keys = [
         k
         for k, v in per_fold[0].items()
-        if isinstance(v, int | float) and not isinstance(v, bool) and k != "seed"
-        and all(isinstance(f.get(k), int | float) for f in per_fold)
-    ]  # fmt: skip
+        if k != "seed" and _number(v) and all(_number(f.get(k)) for f in per_fold)
+    ]
     stats = {k: summarize([float(f[k]) for f in per_fold]) for k in keys}
     means = {k: s.mean for k, s in stats.items()}
     summary = {
@@ -106,3 +106,15 @@ def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
         s = stats[metric]
         log.info("cv: %s = %.4f ± %.4f over %d folds", metric, s.mean, s.std or 0, s.n)
     return means
+
+
+def _number(value) -> bool:
+    """A metric value that averages: a number a float can hold (a fold kept from before is a
+    file we were handed; ``1e400`` written as an integer would overflow the mean)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True

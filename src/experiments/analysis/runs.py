@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from experiments.config.dotted import dotted_leaves
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line
+from experiments.runs.files import parse_yaml, read_json, read_text
 from experiments.runs.layout import RunDir
 from experiments.runs.sweep import JOB_FILE
 
@@ -41,13 +40,7 @@ GLOB_CHARS = frozenset("*?[")
 # two-sided 95%: t(0.975, df) for df = 1..30 (scipy.stats.t.ppf, rounded to 6 decimals)
 
 
-_SEED_LINE = re.compile(rb"^seed:([^\n]*)\n?", re.M)  # the top-level seed key, as Hydra saves it
-
-
-try:  # libyaml: ~5x faster than the pure-Python parser, which matters for hundreds of runs
-    _Loader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - PyYAML built without libyaml
-    _Loader = yaml.SafeLoader
+_SEED_LINE = re.compile(r"^seed:([^\n]*)\n?", re.M)  # the top-level seed key, as Hydra saves it
 
 
 @dataclass
@@ -104,7 +97,10 @@ def identity(value: Any) -> Any:
     if type(value) is str:
         return value
     if isinstance(value, list | dict):
-        return ("json", json.dumps(value, sort_keys=True, default=str))
+        try:
+            return ("json", json.dumps(value, sort_keys=True, default=str))
+        except TypeError:  # keys of mixed types (YAML allows `1:` beside `a:`) do not sort
+            return ("repr", repr(value))
     return (type(value).__name__, repr(value))
 
 
@@ -171,29 +167,44 @@ def read_run(
 ) -> Run | str:
     """The run in ``path``, or the reason it cannot be compared (one line).
 
+    Its files are data handed to us: they are read through ``experiments.runs.files`` (size
+    limit, UTF-8, no YAML alias bombs), and whatever is wrong with one of them (corrupt,
+    nested too deeply, the wrong shape) is this run's reason, never an exception that
+    stops the comparison of the others.
+
     ``cache`` (one dict per ``ignore``) keeps the grouping config of each config text seen,
     less its ``seed:`` line: the runs of a sweep share a few texts, and parsing YAML is most
     of the time of a large comparison. A text naming the run's own folder is not cached.
     """
+    try:
+        result = _read_run(path, metric, ignore, cache)
+    except UserError as err:
+        result = _without_folder(one_line(err), path)
+    except RecursionError:  # a config nested deeper than flattening goes
+        result = ".hydra/config.yaml is nested too deeply to compare"
+    return result if isinstance(result, Run) else printable(result)
+
+
+def printable(text: str) -> str:
+    """``text`` on one line: control characters from a file (a newline, an escape
+    sequence) shown escaped, so a file cannot add lines or colours to our output."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _read_run(path: Path, metric: str, ignore: Iterable[str], cache: dict | None) -> Run | str:
     run = RunDir(path)
     if not run.metrics.is_file():
         return _unfinished_reason(path)
-    try:
-        metrics = json.loads(run.metrics.read_bytes())
-    except (OSError, ValueError) as err:
-        return f"metrics.json unreadable ({_reason(err)})"
+    metrics = read_json(run.metrics)
     if not isinstance(metrics, dict):
         return "metrics.json does not hold a JSON object"
     if metric not in metrics:
         return f"metrics.json has no {metric}"
     if not is_number(metrics[metric]):
-        return f"{metric} is {metrics[metric]!r} in metrics.json, not a finite number"
+        return f"{metric} is {_short(metrics[metric])} in metrics.json, not a finite number"
     if not run.saved_config.is_file():
         return "no .hydra/config.yaml"
-    try:
-        raw = run.saved_config.read_bytes()
-    except OSError as err:
-        return f".hydra/config.yaml unreadable ({_reason(err)})"
+    raw = read_text(run.saved_config)
     seed_line = _SEED_LINE.search(raw)
     if "seed" not in metrics and seed_line:
         metrics["seed"] = _scalar(seed_line.group(1))
@@ -201,42 +212,55 @@ def read_run(
     if isinstance(metrics.get("run_dir"), str):
         dirs.append(metrics["run_dir"])
     key = None
-    if cache is not None and not any(d.encode() in raw for d in dirs):
+    if cache is not None and not any(d in raw for d in dirs):
         key = raw[: seed_line.start()] + raw[seed_line.end() :] if seed_line else raw
         if key in cache:
             return Run(path, metrics, cache[key])
-    try:
-        config = yaml.load(raw, Loader=_Loader)
-    except (ValueError, yaml.YAMLError) as err:
-        return f".hydra/config.yaml unreadable ({_reason(err)})"
+    config = parse_yaml(raw, str(run.saved_config))
     if not isinstance(config, dict):
         return ".hydra/config.yaml does not hold a mapping of config keys"
     flat = group_config(config, dirs, ignore)
+    for value in flat.values():
+        identity(value)  # a value that cannot be told apart from others is this run's reason
     if key is not None:
         cache[key] = flat
     return Run(path, metrics, flat)
 
 
-def _scalar(text: bytes) -> Any:
+def _without_folder(reason: str, path: Path) -> str:
+    """``<run>/metrics.json: not valid JSON ...`` as ``metrics.json: not valid JSON ...``:
+    the run's folder is already named in front of the reason."""
+    for folder in (str(path), str(path.resolve())):
+        if reason.startswith(folder + os.sep):
+            return reason[len(folder) + 1 :]
+    return reason
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A value from a file, for a one-line reason: repr'd (control characters escaped), cut."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _scalar(text: str) -> Any:
     try:
-        return yaml.load(text, Loader=_Loader)
-    except (ValueError, yaml.YAMLError):
-        return text.decode(errors="replace").strip()
+        value = parse_yaml(text, "seed")
+    except UserError:
+        return text.strip()
+    return value if value is None or isinstance(value, str | int | float) else text.strip()
 
 
 def _unfinished_reason(path: Path) -> str:
     try:  # a sweep job that failed says why in job.json (see tracking.sweep_summary)
-        job = json.loads((path / JOB_FILE).read_bytes())
-        if job.get("status") == "failed":
-            return f"no metrics.json: the job failed ({job.get('error') or 'no error recorded'})"
-    except (OSError, ValueError, AttributeError):
-        pass
+        job = read_json(path / JOB_FILE, None)
+    except UserError as err:
+        return f"no metrics.json, and {_without_folder(one_line(err), path)}"
+    if isinstance(job, dict) and job.get("status") == "failed":
+        error = job.get("error")
+        # a traceback recorded whole: its last line is the exception
+        why = one_line(Exception(error), last=True) if isinstance(error, str) else None
+        return f"no metrics.json: the job failed ({why or 'no error recorded'})"
     return "no metrics.json (unfinished or failed run)"
-
-
-def _reason(err: BaseException) -> str:
-    text = " ".join(str(err).split())[:200]
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def is_number(value: Any) -> bool:
@@ -257,5 +281,5 @@ def show_path(path: Path) -> str:
     try:
         rel = os.path.relpath(path)
     except ValueError:
-        return str(path)
-    return str(path) if rel.startswith("..") else rel
+        return printable(str(path))
+    return printable(str(path) if rel.startswith("..") else rel)
