@@ -9,7 +9,6 @@ Examples:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import sys
 import time
@@ -22,7 +21,7 @@ from omegaconf import DictConfig
 from experiments.config import CONF_DIR, schema
 from experiments.console import SWEEP_LINE, filter_upstream_warnings, metrics_table, what_runs
 from experiments.errors import UserError, exit_with, find_user_error
-from experiments.runs.layout import RunDir, sidecar_epoch
+from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch
 from experiments.utils import pause_gc, resume_gc
 
 log = logging.getLogger(__name__)
@@ -162,12 +161,13 @@ def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, fl
 
     if checkpoints is not None and checkpoints.best_path.is_file():
         # the sidecar, not the callback: under ddp_fork the callback lived in a child
-        best = json.loads(checkpoints.best_path.with_suffix(".json").read_text())
+        best = read_sidecar(checkpoints.best_path.with_suffix(".json"))  # a file: data
+        value = best.get("value")
         log.info(
-            "testing best.pt (epoch %d, %s=%.4f)",
+            "testing best.pt (epoch %d, %s=%s)",
             sidecar_epoch(best),
-            best["monitor"],
-            best["value"],
+            best.get("monitor"),
+            f"{value:.4f}" if value is not None else "?",
         )
         load_state_dict_file(model.eval_net, checkpoints.best_path, map_location=model.device)
     tester = build.single_device_tester(cfg, trainer, loggers)
@@ -185,8 +185,8 @@ def _progress(trainer, callbacks) -> dict[str, int]:
     checkpoints = next((c for c in callbacks if isinstance(c, StateDictCheckpoint)), None)
     sidecar = checkpoints.last_path.with_suffix(".json") if checkpoints else None
     if trainer.global_step == 0 and sidecar is not None and sidecar.is_file():
-        last = json.loads(sidecar.read_text())
-        return {"epochs": sidecar_epoch(last), "global_step": last["global_step"]}
+        last = read_sidecar(sidecar)
+        return {"epochs": sidecar_epoch(last), "global_step": int(last.get("global_step", 0))}
     return {"epochs": trainer.current_epoch, "global_step": trainer.global_step}
 
 
@@ -272,6 +272,7 @@ def main(cfg: DictConfig) -> float | None:
 def cli() -> None:
     """Check the command line before Hydra starts (fast, one line), then run ``main``."""
     from experiments.config.precheck import check
+    from experiments.config.replay import check_resumed
 
     pause_gc()
     filter_upstream_warnings()
@@ -281,7 +282,9 @@ def cli() -> None:
         print(help_text(CONF_DIR))
         sys.exit(0)
     try:
+        check_resumed(sys.argv[1:])  # an explicit resume=<run>: before anything reads it
         checked = check(sys.argv[1:], str(CONF_DIR))
+        check_resumed(checked.argv)  # the run resume=auto or a SLURM requeue found
     except UserError as err:
         exit_with(err, code=2)
     sys.argv = [sys.argv[0], *checked.argv]  # what DDP ranks and SLURM requeues re-run

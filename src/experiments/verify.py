@@ -10,6 +10,7 @@ Examples:
 from __future__ import annotations
 
 import csv
+import io
 import math
 import socket
 import subprocess
@@ -17,14 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
+from experiments.config.replay import read_overrides
 from experiments.config.saved import parse_args
 from experiments.console import run_main
-from experiments.errors import UserError
-from experiments.runs.files import read_json_object
+from experiments.errors import UserError, one_line
+from experiments.runs.files import read_json_object, read_text
 from experiments.runs.layout import RunDir
-from experiments.runs.provenance import NOT_REPRODUCED, start_git_probe
+from experiments.runs.provenance import start_git_probe
 
 USAGE = """\
 usage: python -m experiments.verify run_dir=<run folder> [steps=N]
@@ -39,30 +39,45 @@ printed), 2 on a run folder that cannot be verified."""
 
 VOLATILE = ("wall_time_s", "run_dir", "seed", "epochs", "global_step")  # not results
 TOLERANCE = 1e-5  # relative, when another machine runs it
+MAX_CSV_BYTES = 256 * 1024 * 1024  # a long run's csv/metrics.csv: a row per logged step
 
 
 def verify(run_dir: str | Path, steps: int | None = None) -> dict:
     """Re-run and compare; returns ``{"match", "exact", "compared", "differences", "notes"}``.
 
+    Every file of the run is read as data (``experiments.runs.files``) before anything runs;
+    its overrides are checked entry by entry (``experiments.config.replay``).
+
     Raises:
-        UserError: no env.json or saved overrides, a dirty run without git.diff.
+        UserError: no env.json or saved overrides, a corrupt or refused file, a dirty run
+            without git.diff, a run with nothing to compare.
     """
     layout = RunDir(run_dir)
+    if not layout.path.is_dir():
+        raise UserError(f"run_dir={layout.path}: no such folder")
     env = read_json_object(layout.env)
     if not env or not layout.saved_overrides.is_file():
         raise UserError(
             f"{layout.path}: no saved command to verify (env.json and .hydra/overrides.yaml "
             f"are written when python -m experiments.train starts a run)"
         )
+    _check_env(env, layout.env)
+    overrides = read_overrides(layout.saved_overrides)  # refused entries: before anything runs
     if env.get("git_dirty") and not layout.git_diff.is_file():
         raise UserError(
             f"{layout.path}: the run started from uncommitted changes and its git.diff is "
             f"missing, so the code it ran cannot be known"
         )
-    if steps is None and not layout.metrics.is_file():
-        raise UserError(f"{layout.path}: the run did not finish (no metrics.json); give steps=N")
-    overrides = yaml.safe_load(layout.saved_overrides.read_text()) or []
-    overrides = [o for o in overrides if not o.lstrip("+~").startswith(NOT_REPRODUCED)]
+    if steps is None:
+        if not layout.metrics.is_file():
+            raise UserError(
+                f"{layout.path}: the run did not finish (no metrics.json); give steps=N"
+            )
+        if not _metric_keys(read_json_object(layout.metrics)):
+            raise UserError(
+                f"{layout.metrics}: holds no metric values to compare (a run writes its "
+                f"final metrics there); restore the file, or verify steps=N"
+            )
     exact = env.get("hostname") == socket.gethostname()
     notes = []
     here = start_git_probe()().get("git_commit")
@@ -93,6 +108,32 @@ def verify(run_dir: str | Path, steps: int | None = None) -> dict:
             "differences": differences, "notes": notes}  # fmt: skip
 
 
+# what env.json must hold for verify to read it: key -> the types its value may have
+ENV_TYPES = {
+    "hostname": (str, type(None)),
+    "git_commit": (str, type(None)),
+    "git_dirty": (bool, type(None)),
+}
+
+
+def _check_env(env: dict, path: Path) -> None:
+    for key, types in ENV_TYPES.items():
+        if not isinstance(env.get(key), types):
+            raise UserError(
+                f"{path}: {key} is a {type(env.get(key)).__name__}, not what a run writes "
+                f"there; restore the file"
+            )
+
+
+def _metric_keys(metrics: dict) -> list[str]:
+    """The keys of ``metrics`` that are results (numbers), not where or how long."""
+    return [
+        k
+        for k, v in metrics.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and k not in VOLATILE
+    ]
+
+
 def _same(a: float, b: float, exact: bool) -> bool:
     if exact:
         return a == b or (math.isnan(a) and math.isnan(b))
@@ -101,7 +142,7 @@ def _same(a: float, b: float, exact: bool) -> bool:
 
 def _metrics(first: Path, again: Path, exact: bool):
     a, b = read_json_object(first / "metrics.json"), read_json_object(again / "metrics.json")
-    keys = [k for k, v in a.items() if isinstance(v, int | float) and k not in VOLATILE]
+    keys = _metric_keys(a)
     diffs = [
         f"metrics.json {k}: {a[k]!r} then, {b.get(k)!r} now"
         for k in keys
@@ -115,16 +156,21 @@ def _weights(first: Path, again: Path, exact: bool) -> tuple[int, list[str]]:
 
     if not first.is_file():
         return 0, [f"{first.name}: missing from the run"]
-    try:
+    try:  # weights_only: a tensor file, never code, whatever is in it
         a = torch.load(first, map_location="cpu", weights_only=True)
     except Exception as err:
         return 0, [f"{first.name}: cannot be read ({type(err).__name__})"]
     b = torch.load(again, map_location="cpu", weights_only=True)
-    a, b = a.get("state_dict", a), b.get("state_dict", b)
-    diffs = []
+    a = a.get("state_dict", a) if isinstance(a, dict) else a
+    b = b.get("state_dict", b)
+    if not isinstance(a, dict) or not any(isinstance(x, torch.Tensor) for x in a.values()):
+        return 0, [f"{first.name}: holds no tensors to compare"]
+    diffs = [f"{first.name} {k}: missing from the run" for k in b if k not in a]
     for key, x in a.items():
         y = b.get(key)
         if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+                diffs.append(f"{first.name} {key}: a tensor in only one of the two")
             continue
         same = torch.equal(x, y) if exact else (
             x.shape == y.shape and torch.allclose(x.double(), y.double(), rtol=TOLERANCE)
@@ -149,13 +195,16 @@ def _losses(first: Path, again: Path, steps: int, exact: bool):
 
 def _step_losses(run: Path, steps: int) -> dict[int, float]:
     found = {}
-    try:
-        with open(run / "csv" / "metrics.csv", newline="") as f:
-            for row in csv.DictReader(f):
-                if row.get("train/loss_step") and row.get("step") and int(row["step"]) < steps:
-                    found[int(row["step"])] = float(row["train/loss_step"])
-    except (OSError, ValueError, csv.Error):
+    path = run / "csv" / "metrics.csv"
+    if not path.is_file():
         return {}
+    text = read_text(path, max_bytes=MAX_CSV_BYTES)  # a corrupt file: one line naming it
+    try:
+        for row in csv.DictReader(io.StringIO(text, newline="")):
+            if row.get("train/loss_step") and row.get("step") and int(row["step"]) < steps:
+                found[int(row["step"])] = float(row["train/loss_step"])
+    except (ValueError, csv.Error) as err:
+        raise UserError(f"{path}: not the CSV a run writes ({one_line(err)})") from None
     return found
 
 

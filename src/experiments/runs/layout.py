@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.errors import UserError, one_line
+from experiments.runs.files import read_json_object
+
+log = logging.getLogger(__name__)
+
 PREVIOUS_SUFFIX = ".prev"  # the full checkpoint before the newest one (see checkpoint_io)
+SIDECAR_NAMES = ("best.json", "last.json")
+_NUMBER = (int, float)
+# the fields of a sidecar that training and resuming read, and the types they may have
+SIDECAR_TYPES = {
+    "epoch": (int,),
+    "epoch_base": (int, type(None)),
+    "global_step": (int,),
+    "monitor": (str, type(None)),
+    "value": (*_NUMBER, type(None)),
+}
 
 
 def sidecar_epoch(sidecar: dict) -> int:
@@ -13,6 +29,25 @@ def sidecar_epoch(sidecar: dict) -> int:
     sidecars counted from 1 hold a 0-based one)."""
     epoch = int(sidecar.get("epoch", 0))
     return epoch if sidecar.get("epoch_base") == 1 else epoch + 1
+
+
+def read_sidecar(path: Path) -> dict:
+    """A checkpoint's ``.json`` sidecar (``best.json``/``last.json``) read as data, with the
+    fields training reads (``SIDECAR_TYPES``) checked for type; ``{}`` when there is none.
+
+    Raises:
+        UserError: one line naming the file: corrupt, not an object, a field of the wrong type.
+    """
+    sidecar = read_json_object(path)
+    for key, types in SIDECAR_TYPES.items():
+        value = sidecar.get(key)
+        if key in sidecar and (not isinstance(value, types) or isinstance(value, bool)):
+            raise UserError(
+                f"{path}: {key} is {type(value).__name__} {str(value)[:40]!r}, not what a run "
+                f"writes there; restore the file (or delete it: it is rewritten at the next "
+                f"checkpoint)"
+            )
+    return sidecar
 
 
 @dataclass(frozen=True)
@@ -56,19 +91,24 @@ class RunDir:
 
     def best_value(self, metric: str) -> float | None:
         """``metric`` at the best epoch (the one ``best.pt`` holds, ``best.json``'s value),
-        when that is the metric ``best.pt`` was chosen by; else None."""
-        import json
-
+        when that is the metric ``best.pt`` was chosen by; else None. A corrupt ``best.json``
+        is a one-line warning naming it, and None: the caller's metrics.json value stands."""
         try:
-            best = json.loads(self.best_json.read_text())
-        except (OSError, ValueError):
+            best = read_sidecar(self.best_json)
+        except UserError as err:
+            log.warning("%s", one_line(err))
             return None
-        if not isinstance(best, dict) or best.get("monitor") != metric:
+        if best.get("monitor") != metric or best.get("value") is None:
             return None
-        value = best.get("value")
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return None
-        return float(value)
+        return float(best["value"])
+
+    @property
+    def last_json(self) -> Path:
+        return self.checkpoints / "last.json"
+
+    def sidecars(self) -> list[Path]:
+        """The checkpoints' sidecars that exist (``best.json``, ``last.json``)."""
+        return [self.checkpoints / n for n in SIDECAR_NAMES if (self.checkpoints / n).exists()]
 
     @property
     def metrics(self) -> Path:

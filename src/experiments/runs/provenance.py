@@ -135,18 +135,61 @@ def run_overrides() -> list[str]:
     return [o for o in overrides if not o.lstrip("+~").startswith(NOT_REPRODUCED)]
 
 
-def reproduce_script(env: dict[str, Any], overrides: list[str]) -> str:
-    """``reproduce.sh``: check out the commit, apply git.diff, rebuild the environment from
-    requirements.txt, run the same overrides into a new folder."""
+# bidirectional-text controls: they make a line read differently than it runs
+BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
+_SHORT_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "'": "\\'"}
+
+
+def is_control(char: str) -> bool:
+    """A character that ends a line, moves the cursor or hides text: C0/C1 controls, DEL,
+    line/paragraph separators, invisible format characters, bidi overrides, and lone
+    surrogates (command-line bytes that were not UTF-8)."""
+    import unicodedata
+
+    return char in BIDI or unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def _escape(char: str) -> str:
+    """``char`` as bash ``$'...'`` escapes of its UTF-8 bytes: the same bytes once bash reads
+    it, whatever the locale."""
+    if char in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[char]
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape): that byte
+        return f"\\x{code - 0xDC00:02x}"
+    return "".join(f"\\x{b:02x}" for b in char.encode("utf-8", "surrogatepass"))
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one bash word that bash reads back as exactly ``text``: ``shlex.quote``,
+    or, when it holds a control character, ANSI-C quoting (``$'a\\nb'``) with every control
+    character escaped, so the script's lines stay the lines it was written with."""
     import shlex
 
+    if not any(is_control(c) for c in text):
+        return shlex.quote(text)
+    return "$'" + "".join(_escape(c) if is_control(c) or c in "\\'" else c for c in text) + "'"
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character escaped (``\\n``, ``\\x1b``): for a comment."""
+    return "".join(_escape(c) if is_control(c) else c for c in text)
+
+
+def reproduce_script(env: dict[str, Any], overrides: list[str]) -> str:
+    """``reproduce.sh``: check out the commit, apply git.diff, rebuild the environment from
+    requirements.txt, run the same overrides into a new folder.
+
+    Every value is written as one shell word (``shell_word``): the script runs exactly
+    these overrides, and no text of theirs (a newline, ``$(...)``, a backtick, ``;``) can
+    end a line or become a command, in the comments too."""
     from experiments.secrets import redact_argv
 
-    args = " ".join(shlex.quote(a) for a in redact_argv(overrides))
-    commit = env.get("git_commit") or ""
-    at = commit or "(unknown: not run from a git checkout)"
+    args = " ".join(shell_word(a) for a in redact_argv(overrides))
+    commit = str(env.get("git_commit") or "")
+    at = printable(commit) or "(unknown: not run from a git checkout)"
     at += " with git.diff" if env.get("git_dirty") else ""
-    versions = f"python {env.get('python')}, torch {env.get('torch')}"
+    versions = printable(f"python {env.get('python')}, torch {env.get('torch')}")
     return f"""#!/usr/bin/env bash
 # Reproduce this run: python -m experiments.train {args}
 # at commit {at}, {versions}.
@@ -159,7 +202,7 @@ set -euo pipefail
 RUN_DIR="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 REPO="$(cd "${{1:?usage: bash reproduce.sh <a clone of the repository> [<output folder>]}}" && pwd)"
 OUT="${{2:-$RUN_DIR/reproduced}}"
-COMMIT={shlex.quote(commit)}
+COMMIT={shell_word(commit)}
 cd "$REPO"
 if [ -n "$COMMIT" ]; then git checkout --quiet --detach "$COMMIT"; fi
 if [ -f "$RUN_DIR/git.diff" ] && [ -s "$RUN_DIR/git.diff" ]; then git apply "$RUN_DIR/git.diff"; fi

@@ -15,16 +15,16 @@ The command-line part runs before Hydra and imports no torch.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from experiments.errors import UserError
-from experiments.runs.layout import PREVIOUS_SUFFIX, RunDir
+from experiments.errors import UserError, one_line
+from experiments.runs.files import read_json_object, read_yaml
+from experiments.runs.layout import PREVIOUS_SUFFIX, RunDir, read_sidecar
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,9 @@ def find_run_of_slurm_job(cfg: DictConfig, job_id: str) -> Path | None:
     )
     for env_file in env_files:
         try:
-            recorded = json.loads(env_file.read_text()).get("slurm_job_id")
-        except (OSError, ValueError):
+            recorded = read_json_object(env_file).get("slurm_job_id")
+        except UserError as err:  # another run's corrupt file: not this job's run
+            log.warning("requeue: skipping %s", one_line(err))
             continue
         if recorded == job_id and not RunDir(env_file.parent).finished:
             return env_file.parent
@@ -98,11 +99,16 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
     from experiments.runs.lock import check_free
     from experiments.utils import process_rank
 
+    # the run's files are data: a corrupt one is one line before Hydra rewrites .hydra/ in
+    # the run (what each entry may do is checked by experiments.config.replay, which the
+    # entry point runs on the resolved run before Hydra starts)
+    before = saved_overrides(run)
+    for sidecar in run.sidecars():
+        read_sidecar(sidecar)
     if process_rank() == 0:  # the other ranks of a DDP run share rank 0's lock
         check_free(run.path)  # before Hydra rewrites .hydra/ in a folder another trains in
-    before = [str(o) for o in OmegaConf.load(run.saved_overrides)]
     drop = ("resume=", "hydra.run.dir=")
-    kept = [o for o in before if not o.startswith(drop)]
+    kept = [o for o in before if not o.lstrip("+").startswith(drop)]
     mine = [o for o in overrides if not o.startswith(drop) and o not in kept]
     for override in mine:
         key = override.lstrip("+~").split("=")[0]
@@ -112,6 +118,23 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
                 f"the run's own data and model); start a new run instead"
             )
     return kept + mine + [f"resume={run.path}", f"hydra.run.dir={run.path}"]
+
+
+def saved_overrides(run: RunDir) -> list[str]:
+    """The run's ``.hydra/overrides.yaml`` as a list of strings, read as data.
+
+    Raises:
+        UserError: one line naming the file: missing, corrupt, an alias bomb, not a list
+            of strings.
+    """
+    entries = read_yaml(run.saved_overrides, kind=list)
+    for number, entry in enumerate(entries, 1):
+        if not isinstance(entry, str):
+            raise UserError(
+                f"{run.saved_overrides}: entry {number} is a {type(entry).__name__}, expected "
+                f"a key=value string; restore the file, or start a new run"
+            )
+    return entries
 
 
 def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
