@@ -18,7 +18,7 @@ from experiments.config.slurm import check_slurm_launcher, check_task_layout
 from experiments.errors import UserError, one_line
 from experiments.runs.files import check_writable
 from experiments.runs.resume import resume_overrides, resume_target
-from experiments.secrets import is_secret_key
+from experiments.secrets import check_args
 from experiments.utils import process_rank
 
 # flags after which Hydra does something other than run the task: leave those to Hydra
@@ -65,6 +65,7 @@ def precheck(argv: list[str], conf_dir: str, config_name: str = "train") -> list
 
 def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked:
     """``precheck``, keeping the composed config when it is the one a single run would use."""
+    check_args(argv)  # first, on every argument: no flag lets a secret through
     if any(a in PASS_THROUGH or a.split("=")[0] in PASS_THROUGH for a in argv):
         return Checked(argv)
     flags, overrides, skip_next = [], [], False
@@ -103,13 +104,6 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         elif any(c in o.partition("=")[2] for o in overrides for c in "<>"):
             hint = "; quote a value with < or > for Hydra: \"sweep.target='val/acc>=0.99'\""
         raise UserError(f"cannot parse override: {one_line(err)}{hint}") from None
-    for override in parsed:
-        key = override.get_key_element().lstrip("+~")
-        if is_secret_key(key.split("/")[-1]):
-            raise UserError(
-                f"{key}: secrets are not accepted on the command line (they would be saved in "
-                f"the run dir and trackers); put them in the environment, e.g. WANDB_API_KEY"
-            )
     probe = [_first_value(o) for o in parsed]
     probe = [p for p in probe if p is not None]
     composer = Composer(conf_dir, config_name)
