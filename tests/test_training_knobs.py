@@ -112,3 +112,15 @@ def test_bad_knob_values_are_refused_before_hydra(tmp_path, monkeypatch, overrid
     with pytest.raises(UserError) as err:
         precheck(overrides, str(CONF_DIR))
     assert named in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lr, warned", [("2", True), ("0.1", False)])
+def test_an_exploding_first_val_loss_names_a_lower_learning_rate(make_cfg, caplog, lr, warned):
+    cfg = make_cfg("model=cnn", f"optimizer.lr={lr}", "trainer.max_epochs=1", "logger=none")
+    with caplog.at_level("WARNING", logger="experiments.callbacks.fault_tolerance"):
+        train(cfg)
+    hints = [r.getMessage() for r in caplog.records if "likely diverging" in r.getMessage()]
+    assert bool(hints) == warned
+    if warned:
+        assert "try optimizer.lr=0.2 (it is 2)" in hints[0]

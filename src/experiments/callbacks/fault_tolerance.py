@@ -59,14 +59,24 @@ class FaultTolerance(L.Callback):
     Lightning saves and restores (``ResumableLoader`` and ``StoreLoader`` in
     ``experiments.data.loaders``).
 
+    A first validation loss far above the first training step's (``explode_factor`` times)
+    is warned about in one line naming a lower learning rate: the run goes on, but it is
+    most likely diverging (e.g. SGD at lr 0.1 on a small folder of one's own images).
+
     Args:
         dirpath: folder of ``last.ckpt``; None means ``<default_root_dir>/checkpoints``.
         check_finite_loss: stop on a non-finite training loss.
+        explode_factor: warn when the first ``val/loss`` exceeds this many times the first
+            training loss (0 turns the warning off).
     """
 
-    def __init__(self, dirpath: str | None = None, check_finite_loss: bool = True) -> None:
+    def __init__(
+        self, dirpath: str | None = None, check_finite_loss: bool = True, explode_factor: float = 10
+    ) -> None:
         self.dirpath = Path(dirpath) if dirpath else None
         self.check_finite_loss = check_finite_loss
+        self.explode_factor = float(explode_factor)
+        self.first_loss: float | None = None
         self.signum: int | None = None
         self._rng_to_restore: dict[str, Any] | None = None
         self._pending: _FiniteFlag | None = None
@@ -113,7 +123,11 @@ class FaultTolerance(L.Callback):
 
     # -- per step ------------------------------------------------------------------------
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if not (self.check_finite_loss and isinstance(outputs, dict) and "loss" in outputs):
+        if not (isinstance(outputs, dict) and "loss" in outputs):
+            return
+        if self.first_loss is None and trainer.global_step <= 1 and self.explode_factor > 0:
+            self.first_loss = float(outputs["loss"].detach())  # one sync, the first step only
+        if not self.check_finite_loss:
             return
         self._raise_if_not_finite()  # the previous step's flag: long computed by now
         self._pending = _FiniteFlag(
@@ -125,6 +139,22 @@ class FaultTolerance(L.Callback):
     def on_validation_start(self, trainer, pl_module) -> None:
         if trainer.state.fn == "fit":
             self._raise_if_not_finite()  # validation (and the .pt written after it)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.current_epoch != 0 or not self.first_loss:
+            return
+        val_loss = trainer.callback_metrics.get("val/loss")
+        if val_loss is None or not self.first_loss > 0:
+            return
+        value = float(val_loss)
+        if value > self.explode_factor * self.first_loss:
+            lr = _learning_rate(trainer)
+            lower = f"optimizer.lr={lr / 10:g} (it is {lr:g})" if lr else "a lower optimizer.lr"
+            log.warning(
+                "val/loss is %.4g after the first epoch, %.0fx the first training loss (%.4g): "
+                "the run is likely diverging; try %s",
+                value, value / self.first_loss, self.first_loss, lower,
+            )  # fmt: skip
 
     def _take_non_finite(self) -> _FiniteFlag | None:
         """The pending step's flag when its loss was not finite; the flag is consumed."""
@@ -182,6 +212,13 @@ class _FiniteFlag:
 
     def value(self) -> float:
         return float(self.loss)
+
+
+def _learning_rate(trainer) -> float | None:
+    try:
+        return float(trainer.optimizers[0].param_groups[0]["lr"])
+    except (IndexError, KeyError, AttributeError, TypeError):
+        return None
 
 
 def rng_states() -> dict[str, Any]:
