@@ -123,3 +123,15 @@ def is_basic_launcher(launcher) -> bool:
     from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
     return isinstance(launcher, BasicLauncher)
+
+
+def as_recorded_failure(job_return) -> None:
+    """Make a failed job's ``JobReturn`` one that a sweeper passes over: completed, with no
+    value. Hydra's basic sweeper raises the first failed job's exception once its batch has
+    run, as a traceback (and with ``max_batch_size`` set, before later batches run); a job
+    whose failure is already recorded in its ``job.json`` is not the sweep's failure, and
+    the summary callback ends the sweep with one line instead."""
+    from hydra.core.utils import JobStatus
+
+    job_return.status = JobStatus.COMPLETED
+    job_return._return_value = None

@@ -10,7 +10,6 @@ new trials after the old ones (Optuna). Imports no torch.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import UserError
-from experiments.runs.files import write_json
+from experiments.runs.files import read_json_object, write_json
 from experiments.runs.layout import RunDir
 
 log = logging.getLogger(__name__)
@@ -108,39 +107,57 @@ def claim(sweep_dir: Path, mine: Manifest, force: bool) -> bool:
 
 
 def _read(path: Path) -> Manifest:
+    data = read_json_object(path)
     try:
-        data = json.loads(path.read_text())
         known = {k: data[k] for k in ("fixed", "space", "config_hash")}
         return Manifest(
             **known, sweeper=data.get("sweeper", ""), command=data.get("command", []),
             started=float(data.get("started") or 0.0),
         )  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{path} is unreadable ({err}); choose another hydra.sweep.dir") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise UserError(
+            f"{path}: not a sweep manifest ({type(err).__name__}: {err}); restore it or choose "
+            f"another hydra.sweep.dir"
+        ) from None
 
 
 def previous_job(job_dir: Path) -> dict[str, Any] | None:
     """What an earlier run of this sweep left in ``job_dir``: its ``job.json`` (status,
-    error), or None when it never ended there."""
-    found = _read_json(Path(job_dir) / JOB_FILE)
-    return found if isinstance(found, dict) else None
+    error), or None when it never ended there.
+
+    Raises:
+        UserError: the file is there but is not a JSON object (one line naming it).
+    """
+    return read_json_object(Path(job_dir) / JOB_FILE, missing=None)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+def finished_metrics(job_dir: Path) -> dict[str, Any] | None:
+    """The job's ``metrics.json`` when a run wrote it at its end (``train`` and
+    cross-validation write ``run_dir`` last, in one atomic write), else None; a record of a
+    run that diverged past its retries counts as finished too.
+
+    Raises:
+        UserError: the file is there but is not a JSON object (one line naming it).
+    """
+    metrics = read_json_object(RunDir(job_dir).metrics, missing=None)
+    if metrics is None:
         return None
+    return metrics if "run_dir" in metrics or metrics.get("status") == "diverged" else None
 
 
 def plan_job(job_dir: Path, retry_failed: bool) -> tuple[str, Any]:
     """``("keep", metrics)`` for a job that finished before, ``("failed", job)`` for one
     that failed before and is not retried, ``("resume", job_dir)`` for one with a
-    checkpoint, ``("run", None)`` otherwise."""
+    checkpoint, ``("run", None)`` otherwise.
+
+    A finished ``metrics.json`` wins over a ``job.json`` that says otherwise: a job killed
+    with its sweep (or refused while an orphan of it still trained) is recorded failed, yet
+    its run may have ended since; its metrics are the truth, not the stale record.
+    """
     run = RunDir(job_dir)
     before = previous_job(job_dir)
-    metrics = _read_json(run.metrics)  # None when missing or unreadable: not finished
-    if isinstance(metrics, dict) and (before is None or before.get("status") == "ok"):
+    metrics = finished_metrics(job_dir)
+    if metrics is not None:
         return "keep", metrics
     if before is not None and before.get("status") == "failed" and not retry_failed:
         return "failed", before
@@ -159,7 +176,8 @@ def earlier_sweep_job(cfg) -> dict | None:
     retry_failed = bool(OmegaConf.select(cfg, "sweep.retry_failed", default=True))
     action, found = plan_job(job_dir, retry_failed)
     if action == "keep":
-        KEPT.add(str(job_dir))
+        if (previous_job(job_dir) or {}).get("status") == "ok":
+            KEPT.add(str(job_dir))  # else this run writes its record afresh: ok
         log.info("job %s finished in an earlier run of this sweep: kept", job_dir.name,
                  extra={"sweep_line": True})  # fmt: skip
         return found
@@ -230,20 +248,22 @@ def stop_reason(cfg, sweep_dir: Path, job_num: int) -> str | None:
     if max_jobs is not None and job_num >= int(max_jobs):
         return f"sweep.max_jobs={max_jobs} reached"
     if budget is not None:
-        manifest = _read_json(Path(sweep_dir) / MANIFEST) or {}
-        started = float(manifest.get("started") or 0.0)
+        started = read_json_object(Path(sweep_dir) / MANIFEST).get("started")
+        started = float(started) if isinstance(started, int | float) else 0.0
         if started and time.time() - started > parse_budget(budget):
             return f"sweep.time_budget={budget} spent"
     if target is not None:
         metric, op, value = parse_target(target)
         for job_file in sorted(Path(sweep_dir).glob(f"*/{JOB_FILE}")):
-            job = _read_json(job_file)
-            if not isinstance(job, dict) or job.get("status") != "ok":
+            try:  # a job whose files are corrupt reached nothing (the summary says why)
+                job = read_json_object(job_file)
+                metrics = read_json_object(job_file.parent / "metrics.json")
+            except UserError:
+                continue
+            if job.get("status") != "ok":
                 continue
             got = RunDir(job_file.parent).best_value(metric)
-            if got is None:
-                metrics = _read_json(job_file.parent / "metrics.json")
-                got = metrics.get(metric) if isinstance(metrics, dict) else None
+            got = got if got is not None else metrics.get(metric)
             if isinstance(got, int | float) and OPS[op](float(got), value):
                 return f"sweep.target={target} reached by job {job.get('num')} ({got:.4f})"
     return None

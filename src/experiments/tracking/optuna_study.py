@@ -11,11 +11,13 @@ its trial number through ``hydra.job.env_set`` (the :data:`TRIAL_ENV` variable).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from experiments.config.sweeper import DIRECTIONS, PRUNERS
+from experiments.errors import UserError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +69,31 @@ def make_pruner(settings: Mapping[str, Any]):
 
 
 def open_study(settings: Mapping[str, Any], sweep_dir: Path, name: str, create: bool):
-    """The sweep's study: created (or continued) by the sweeper, loaded by its trials."""
+    """The sweep's study: created (or continued) by the sweeper, loaded by its trials.
+
+    Raises:
+        UserError: the storage cannot be opened as an Optuna study (a corrupt ``optuna.db``
+            or journal, a database of another program or Optuna version): one line naming
+            it and the way out.
+    """
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = storage_for(settings.get("storage"), sweep_dir)
+    try:
+        storage = storage_for(settings.get("storage"), sweep_dir)
+        return _open(optuna, settings, storage, name, create)
+    except Exception as err:
+        if isinstance(err, UserError | KeyError) or not _storage_error(err):
+            raise  # KeyError: load_study of a study that is not there, Optuna's own message
+        where = _storage_name(settings.get("storage"), sweep_dir)
+        raise UserError(
+            f"{where} cannot be opened as an Optuna study ({type(err).__name__}: "
+            f"{one_line(err)[:160]}); delete it to start the search afresh (its trials are "
+            f"lost), or set hydra.sweeper.storage to another place"
+        ) from None
+
+
+def _open(optuna, settings: Mapping[str, Any], storage, name: str, create: bool):
     pruner = make_pruner(settings)
     if not create:
         return optuna.load_study(study_name=name, storage=storage, pruner=pruner)
@@ -92,3 +114,30 @@ def open_study(settings: Mapping[str, Any], sweep_dir: Path, name: str, create: 
         directions=directions,
         load_if_exists=True,
     )
+
+
+def _storage_error(err: BaseException) -> bool:
+    """Whether ``err`` is what opening a storage that is not a study raises: the database
+    driver's errors (a file that is not SQLite, tables of another program), Optuna's own
+    schema-version check (RuntimeError), a journal line that is not JSON (ValueError)."""
+    import sqlite3
+
+    kinds: tuple[type[BaseException], ...] = (sqlite3.Error, RuntimeError, ValueError, OSError)
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        kinds += (SQLAlchemyError,)
+    except ImportError:  # no SQLAlchemy: a journal storage
+        pass
+    return isinstance(err, kinds)
+
+
+def _storage_name(spec: str | None, sweep_dir: Path) -> str:
+    """The storage as the user knows it: a file's path, or a URL without its password."""
+    if not spec:
+        return str(Path(sweep_dir) / "optuna.db")
+    if spec == "journal":
+        return str(Path(sweep_dir) / "optuna.journal")
+    if str(spec).startswith("sqlite:///"):
+        return str(spec)[len("sqlite:///") :]
+    return "hydra.sweeper.storage=" + re.sub(r"//[^@/]*@", "//***@", str(spec))

@@ -1,15 +1,20 @@
 """A Hydra callback that keeps ``<sweep_dir>/summary.csv`` / ``summary.md`` (+ a plot for
-one-parameter sweeps) up to date as the jobs of a multirun finish, failed ones included."""
+one-parameter sweeps) up to date as the jobs of a multirun finish, failed ones included.
+
+A job that fails with a user mistake (a ``UserError``: one line) is that job's failure, not
+the sweep's: it is recorded in its ``job.json`` and the summary, the other jobs run, and the
+sweep ends with one line and exit 1 (:data:`FAILED_EXIT`). A job whose files in the sweep dir
+are corrupt is listed as ``broken``, with the reason; it never stops the summary."""
 
 from __future__ import annotations
 
 import csv
 import fcntl
 import io
-import json
 import logging
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,15 +25,21 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments.compat.hydra import job_outcome
-from experiments.runs.files import atomic_write, write_json
+from experiments.compat.hydra import as_recorded_failure, job_outcome
+from experiments.errors import UserError, find_user_error
+from experiments.runs.files import atomic_write, read_json_object, read_yaml, write_json
 from experiments.runs.layout import RunDir
+from experiments.runs.orphans import end_with_sweep_process, mark_sweep_process
 from experiments.runs.sweep import JOB_FILE, KEPT, LOST_ENV, NODE_ENV, stop_reason
 from experiments.tracking import importance
 
 log = logging.getLogger(__name__)
 
 TEST_KEYS = ("test/acc", "test/loss")
+# the exit status of a sweep that ran to its end with some jobs failed
+FAILED_EXIT = 1
+# the statuses of a job that did not give a result: the sweep ends with FAILED_EXIT
+FAILED = ("failed", "lost", "broken")
 
 
 class SweepSummary(Callback):
@@ -43,8 +54,12 @@ class SweepSummary(Callback):
     def __init__(self) -> None:
         self._start: float | None = None
 
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        mark_sweep_process()  # before the launcher starts any worker
+
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start = time.time()
+        end_with_sweep_process()  # a worker of the sweep's process dies with it
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         hydra_cfg = HydraConfig.get()
@@ -64,10 +79,32 @@ class SweepSummary(Callback):
             wall_time_s=round(time.time() - self._start, 2) if self._start else None,
         )
         write_summary(Path(hydra_cfg.sweep.dir), *_metric(config))
+        if failed and isinstance(outcome, BaseException) and find_user_error(outcome):
+            # a user mistake of this job alone: recorded above; the sweeper goes on to the
+            # next job, and the sweep's end reports it (on_multirun_end), in one line
+            log.error("job %s failed: %s", hydra_cfg.job.num, _one_line(outcome),
+                      extra={"sweep_line": True})  # fmt: skip
+            as_recorded_failure(job_return)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        show_summary(sweep_dir, write_summary(sweep_dir, *_metric(config)))
+        rows = write_summary(sweep_dir, *_metric(config))
+        show_summary(sweep_dir, rows)
+        failed = [r for r in rows if r["status"] in FAILED]
+        if failed:
+            print(f"error: {failed_line(failed, len(rows), sweep_dir)}", file=sys.stderr)
+            sys.exit(FAILED_EXIT)
+
+
+def failed_line(failed: list[dict], total: int, sweep_dir: Path) -> str:
+    """One line for the end of a sweep some of whose jobs failed: how many, the first
+    failure, where the summary is."""
+    first = failed[0]
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    return (
+        f"{len(failed)} of {total} jobs failed; job {first['job']}: {first['error']}{more}; "
+        f"see {sweep_dir / 'summary.md'}"
+    )
 
 
 def _write_job(hydra_cfg, overrides, status: str, error, value, wall_time_s) -> None:
@@ -158,56 +195,93 @@ def _one_line(err: Any) -> str:
 
 
 def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
-    """One dict per job folder of ``sweep_dir`` that has a ``job.json``."""
+    """One dict per job folder of ``sweep_dir`` that has a ``job.json``; a job whose files
+    are corrupt is a ``broken`` row naming the file and the problem."""
     rows = []
     pareto = _pareto_trials(sweep_dir)
     for job_file in sorted(sweep_dir.glob(f"*/{JOB_FILE}")):
-        job = json.loads(job_file.read_text())
-        metrics_file = job_file.parent / "metrics.json"
-        metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
-        # the best epoch's value (the weights best.pt keeps and test/* scores), not the last's
-        value = RunDir(job_file.parent).best_value(metric)
-        value = value if value is not None else metrics.get(metric, job.get("value"))
-        status = job["status"]
-        if status == "ok" and metrics.get("pruned_at_epoch") is not None:
-            status = f"pruned@{metrics['pruned_at_epoch'] + 1}"  # at the end of epoch N
-        if status == "ok" and metrics.get("status") == "diverged":  # experiments.remedies
-            status, job["error"] = "diverged", metrics.get("error")
-        row = {
-            "job": job["num"],
-            "overrides": " ".join(job["overrides"]),
-            metric: value,
-            **{k: metrics.get(k) for k in TEST_KEYS},
-            "wall_time_s": job.get("wall_time_s"),
-            "status": status,
-            "error": job.get("error") or "",
-            "remedies": "; ".join(_remedies(job, metrics, status)),
-            "dir": job_file.parent.name,
-        }
+        try:
+            row, trial = _row(job_file, metric)
+        except UserError as err:
+            row, trial = _broken_row(job_file, metric, str(err)), None
         if pareto is not None:
-            row["pareto"] = "yes" if job.get("trial") in pareto else ""
+            row["pareto"] = "yes" if trial is not None and trial in pareto else ""
         rows.append(row)
     return rows
+
+
+def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
+    """The summary row of one job, and its Optuna trial number.
+
+    Raises:
+        UserError: its ``job.json`` or ``metrics.json`` is corrupt, or holds the wrong types.
+    """
+    job = read_json_object(job_file)
+    metrics = read_json_object(job_file.parent / "metrics.json")
+    status, overrides = job.get("status"), job.get("overrides", [])
+    if not isinstance(status, str) or not isinstance(overrides, list):
+        raise UserError(f"{job_file}: not a job record (status or overrides of the wrong type)")
+    # the best epoch's value (the weights best.pt keeps and test/* scores), not the last's
+    value = RunDir(job_file.parent).best_value(metric)
+    value = value if value is not None else metrics.get(metric, job.get("value"))
+    error = job.get("error")
+    pruned = metrics.get("pruned_at_epoch")
+    if status == "ok" and isinstance(pruned, int):
+        status = f"pruned@{pruned + 1}"  # at the end of epoch N
+    if status == "ok" and metrics.get("status") == "diverged":  # experiments.remedies
+        status, error = "diverged", metrics.get("error")
+    row = {
+        "job": job.get("num", _job_num(job_file)),
+        "overrides": " ".join(str(o) for o in overrides),
+        metric: _number(value),
+        **{k: _number(metrics.get(k)) for k in TEST_KEYS},
+        "wall_time_s": _number(job.get("wall_time_s")),
+        "status": status,
+        "error": str(error or ""),
+        "remedies": "; ".join(str(r) for r in _remedies(job, metrics, status)),
+        "dir": job_file.parent.name,
+    }
+    return row, job.get("trial")
+
+
+def _broken_row(job_file: Path, metric: str, reason: str) -> dict[str, Any]:
+    """The row of a job whose files could not be read: listed, with the reason."""
+    return {
+        "job": _job_num(job_file), "overrides": "", metric: None,
+        **dict.fromkeys(TEST_KEYS), "wall_time_s": None, "status": "broken",
+        "error": reason[:300], "remedies": "", "dir": job_file.parent.name,
+    }  # fmt: skip
+
+
+def _job_num(job_file: Path) -> int | str:
+    name = job_file.parent.name
+    return int(name) if name.isdigit() else name
+
+
+def _number(value: Any) -> float | int | None:
+    """A metric read from a job's files: a number, else nothing (no text in a number cell)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return value if ok else None
 
 
 def _remedies(job: dict, metrics: dict, status: str) -> list[str]:
     """How the job was healed: metrics.json's remedies (experiments.remedies), and a run
     again after its launcher lost an attempt (hydra/launcher=ray)."""
-    healed = list(metrics.get("remedies") or [])
+    found = metrics.get("remedies") or []
+    healed = list(found) if isinstance(found, list) else [str(found)]
     if job.get("lost") and status != "lost":
         healed.append(f"lost, ran again ({job['lost']})")
     return healed
 
 
 def _optuna_results(sweep_dir: Path) -> dict:
-    """``optimization_results.yaml``, which our Optuna sweeper writes ({} without one)."""
-    results = sweep_dir / "optimization_results.yaml"
-    if not results.is_file():
+    """``optimization_results.yaml``, which our Optuna sweeper writes ({} without one, and
+    for a corrupt one, with a warning naming it: the summary is written all the same)."""
+    try:
+        return read_yaml(sweep_dir / "optimization_results.yaml", missing={}, kind=dict)
+    except UserError as err:
+        log.warning("%s; the summary leaves out parameter importance and the Pareto front", err)
         return {}
-    import yaml
-
-    found = yaml.safe_load(results.read_text())
-    return found if isinstance(found, dict) else {}
 
 
 def _fanova(sweep_dir: Path) -> dict | None:
@@ -219,7 +293,11 @@ def _fanova(sweep_dir: Path) -> dict | None:
 def _pareto_trials(sweep_dir: Path) -> set[int] | None:
     """Trial numbers on the Pareto front of a multi-objective Optuna search, else None."""
     front = _optuna_results(sweep_dir).get("pareto_front")
-    return None if front is None else {p["trial"] for p in front}
+    if not isinstance(front, list):
+        return None
+    return {
+        p.get("trial") for p in front if isinstance(p, dict) and isinstance(p.get("trial"), int)
+    }
 
 
 def best_first(metric: str, mode: str):

@@ -9,7 +9,6 @@ Failed trials are recorded as failed and the search goes on. The study lives in 
 (or a journal file) under the sweep dir, so re-running the same command with the same
 ``hydra.sweep.dir`` resumes it."""
 
-import json
 import logging
 import math
 import threading
@@ -28,18 +27,27 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.compat.hydra import job_outcome
 from experiments.config.sweeper import DIRECTIONS, check_settings
+from experiments.errors import UserError, exit_with
 from experiments.tracking.optuna_study import TRIAL_ENV, open_study
 
 log = logging.getLogger(__name__)
 
 
+def _job_record(ret) -> dict:
+    """The job's ``job.json`` ({} when it wrote none, or it cannot be read: the summary
+    lists such a job as broken)."""
+    from experiments.errors import UserError
+    from experiments.runs.files import read_json_object
+
+    try:
+        return read_json_object(Path(ret.hydra_cfg.hydra.runtime.output_dir) / "job.json")
+    except (UserError, AttributeError):
+        return {}
+
+
 def _stopped(ret) -> bool:
     """The job did not run: a stop rule (sweep.max_jobs, target, time_budget) held."""
-    try:
-        job = json.loads((Path(ret.hydra_cfg.hydra.runtime.output_dir) / "job.json").read_text())
-    except (OSError, ValueError, AttributeError):
-        return False
-    return isinstance(job, dict) and job.get("status") == "stopped"
+    return _job_record(ret).get("status") == "stopped"
 
 
 def _importance(study) -> dict[str, float]:
@@ -115,6 +123,9 @@ class OptunaSweeper(Sweeper):
         self.params = dict(settings.get("params") or {})
         self.config: DictConfig | None = None
         self.launcher = None
+        # trials whose job failed with its failure recorded in its job.json: the summary
+        # callback reports them at the end of the sweep, in one line
+        self.recorded_failures: list[int] = []
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -132,7 +143,10 @@ class OptunaSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         name = self.settings.get("study_name") or sweep_dir.name
-        study = open_study(self.settings, sweep_dir, name, create=True)
+        try:
+            study = open_study(self.settings, sweep_dir, name, create=True)
+        except UserError as err:  # a corrupt storage: one line, before any trial runs
+            exit_with(err)
         for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             study.tell(stale.number, state=TrialState.FAIL)  # interrupted last time
         if not study.trials:
@@ -236,6 +250,11 @@ class OptunaSweeper(Sweeper):
             study.tell(trial, state=states.FAIL)
             log.warning("trial %d failed: %s", trial.number, _describe(ret, None))
             return False
+        record = _job_record(ret)
+        if record.get("status") == "failed":  # its failure recorded (sweep_summary)
+            study.tell(trial, state=states.FAIL)
+            self.recorded_failures.append(trial.number)
+            return True
         # the job wrote to the storage: read it afresh (a Trial caches its attributes)
         (fresh,) = (t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
         if fresh.user_attrs.get("pruned_at_epoch") is not None:
@@ -253,8 +272,15 @@ class OptunaSweeper(Sweeper):
         """The objective values of a finished job: its return value, or with ``objectives``
         the named metrics of its ``metrics.json``."""
         if self.objectives:
-            metrics_file = Path(ret.hydra_cfg.hydra.runtime.output_dir) / "metrics.json"
-            metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+            from experiments.errors import UserError
+            from experiments.runs.files import read_json_object
+
+            output_dir = Path(ret.hydra_cfg.hydra.runtime.output_dir)
+            try:
+                metrics = read_json_object(output_dir / "metrics.json")
+            except UserError as err:  # the summary lists the job as broken
+                log.warning("%s", err)
+                return None
             values = [metrics.get(k) for k in self.objectives]
         else:
             values = [job_outcome(ret)[1]]
