@@ -86,15 +86,6 @@ def _auto_loss(model_cfg, datamodule) -> str:
 IMBALANCED = 1.5  # largest / smallest class of the training split
 
 
-def net_for_saved_weights(net_cfg, in_shape, num_classes: int):
-    """The net a saved run's weights are loaded into: as configured, but without loading
-    ``pretrained`` weights first (they would be overwritten, and the file may be gone)."""
-    from hydra.utils import instantiate
-
-    extra = {"pretrained": None} if "pretrained" in net_cfg else {}
-    return instantiate(net_cfg, in_shape=in_shape, num_classes=num_classes, **extra)
-
-
 def callbacks(cfg: DictConfig, with_logger: bool) -> list:
     """Every configured callback, except those switched off (``enabled: false``, a key every
     callback config may have and none is handed).

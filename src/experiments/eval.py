@@ -7,7 +7,6 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -121,9 +120,14 @@ def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, f
     # training tested best.pt: the same file on the same split must give the same number
     if ckpt_path.resolve() != layout.best_pt.resolve():
         return
+    from experiments.runs.files import read_json_object
+
     try:
-        trained = json.loads(layout.metrics.read_text()).get("test/acc")
-    except (OSError, ValueError):
+        trained = read_json_object(layout.metrics).get("test/acc")
+    except UserError as err:  # the comparison is a note: the evaluation itself stands
+        log.warning("not compared with the run's metrics.json: %s", err)
+        return
+    if not isinstance(trained, int | float) or isinstance(trained, bool):
         return
     if trained is None or "test/acc" not in metrics:
         return

@@ -14,17 +14,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments.config.saved import (
-    checkpoint_path,
-    load_run_config,
-    parse_args,
-    read_sidecar,
-    resolved,
-)
+from experiments.config.saved import check_output, parse_args
 from experiments.console import run_main
 from experiments.errors import UserError
 from experiments.model_card import calibration_temperature
-from experiments.runs.layout import RunDir
+from experiments.saved_run import SavedRun
 
 log = logging.getLogger(__name__)
 
@@ -77,42 +71,31 @@ def predict(
         UserError: missing run, checkpoint or images, an empty folder, an unreadable image.
     """
     run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir, overrides)
-    ckpt_path = checkpoint_path(run_dir, ckpt)
-    names, paths = _list_inputs(Path(input), Path(image_dir) if image_dir else None)
-    output = Path(output) if output else run_dir / "predictions.csv"
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"device={device!r} is not valid; use auto, cpu or cuda")
-    net_cfg = resolved(cfg, "model.net")
-    if net_cfg is None:
-        raise UserError(f"{run_dir}/.hydra/config.yaml has no model.net section")
-    transform_cfg = resolved(cfg, "data.eval_transform")
-    batch_size = int(resolved(cfg, "data.batch_size") or 64)
-    pre_size = resolved(cfg, "data.image_size")
-    in_shape, class_names = _shape_and_classes(ckpt_path, cfg)
-    mean, std = resolved(cfg, "data.mean"), resolved(cfg, "data.std")
-    stats_file = resolved(cfg, "data.stats_file") if mean == "auto" else None
-    temperature = calibration_temperature(RunDir(run_dir)) or 1.0  # experiments.calibrate
+    run = SavedRun(run_dir, ckpt, overrides)  # checks everything it will build, builds nothing
+    names, paths = _list_inputs(Path(input), Path(image_dir) if image_dir else None)
+    output = check_output(Path(output) if output else run_dir / "predictions.csv", run_dir)
+    batch_size = int(run.data_cfg.get("batch_size") or 64)
+    pre_size = run.data_cfg.get("image_size")
+    in_shape, class_names = _shape_and_classes(run)
+    temperature = calibration_temperature(run.layout) or 1.0  # experiments.calibrate
 
     # imported here: torch costs seconds, argument mistakes should not wait for it
     import torch
-    from hydra.utils import instantiate
 
     from experiments.runs.files import atomic_write
-    from experiments.runs.weights import load_state_dict_file
     from experiments.utils import resume_gc
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    transform = instantiate(transform_cfg) if transform_cfg is not None else _to_tensor()
-    from experiments.build import net_for_saved_weights
-
-    net = net_for_saved_weights(net_cfg, tuple(in_shape), len(class_names))
-    load_state_dict_file(net, ckpt_path)
-    net.to(device).eval()
+    transform = run.transform("eval_transform") or _to_tensor()
+    net = run.net_for(in_shape, len(class_names)).to(device)
     from experiments.data.stats import normalize, resolve_stats
 
     # the statistics the run trained with (data_stats.json for `auto`), never recomputed
+    mean, std = run.data_cfg.get("mean"), run.data_cfg.get("std")
+    stats_file = run.data_cfg.get("stats_file") if mean == "auto" else None
     stats = resolve_stats(mean, std, stats_file, train_split=None)
 
     mode = {1: "L", 3: "RGB"}[in_shape[0]]
@@ -140,7 +123,7 @@ def predict(
     writer.writerow(COLUMNS)
     writer.writerows(rows)
     atomic_write(output, lambda f: f.write(text.getvalue().encode()))
-    log.info("%d predictions with %s -> %s", len(rows), ckpt_path, output)
+    log.info("%d predictions with %s -> %s", len(rows), run.ckpt, output)
     return output
 
 
@@ -182,29 +165,20 @@ def _list_inputs(input: Path, image_dir: Path | None) -> tuple[list[str], list[P
     return names, [base / n for n in names]
 
 
-def _shape_and_classes(ckpt_path: Path, cfg) -> tuple[list[int], list[str]]:
-    sidecar = read_sidecar(ckpt_path)
+def _shape_and_classes(run: SavedRun) -> tuple[list[int], list[str]]:
+    sidecar = run.sidecar  # in_shape and class_names checked for type and range
     in_shape = list(sidecar.get("in_shape") or [])
     class_names = [str(c) for c in sidecar.get("class_names") or []]
     if not in_shape or not class_names:
-        in_shape, class_names = _from_datamodule(cfg)
+        # no sidecar (a .pt from elsewhere): the training data tells shape and class names
+        log.info("no in_shape/class_names sidecar next to the checkpoint: reading the run's data")
+        in_shape, class_names = list(run.datamodule.input_shape), list(run.datamodule.class_names)
     if len(in_shape) != 3 or in_shape[0] not in (1, 3):
         raise UserError(
-            f"{ckpt_path.with_suffix('.json')}: in_shape={in_shape}; predict reads images, "
+            f"{run.ckpt.with_suffix('.json')}: in_shape={in_shape}; predict reads images, "
             f"so it needs [C, H, W] with C = 1 (grayscale) or 3 (RGB)"
         )
     return [int(v) for v in in_shape], class_names
-
-
-def _from_datamodule(cfg) -> tuple[list[int], list[str]]:
-    # no sidecar (a .pt from elsewhere): the training data tells shape and class names
-    from hydra.utils import instantiate
-
-    log.info("no in_shape/class_names sidecar next to the checkpoint: reading the run's data")
-    datamodule = instantiate(resolved(cfg, "data"))
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    return list(datamodule.input_shape), list(datamodule.class_names)
 
 
 def _to_tensor():

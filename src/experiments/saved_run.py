@@ -1,19 +1,35 @@
-"""A finished run opened again: its config (with overrides), its data split as it trained,
-its net with the saved weights. What eval, calibrate and export start from."""
+"""A finished run opened again, as data: its config (with overrides) checked whole against
+the closed vocabulary of ``config.allowlist`` and the schema before anything is built; its
+data split as it trained; its net with the saved weights. What eval, predict, calibrate
+and export start from."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from experiments.config import allowlist
 from experiments.config.saved import checkpoint_path, load_run_config, read_sidecar, resolved
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
+
+# the Trainer a saved run gets: these keys of its trainer section, one device, nothing else
+# (a saved strategy, plugins or callbacks node is never built)
+TRAINER_KEYS = ("accelerator", "precision", "deterministic", "benchmark", "limit_test_batches")
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+# where eval/predict overrides may go: the sections they build (and paths they refer to)
+OVERRIDABLE = ("data", "model", "paths", *(f"trainer.{k}" for k in TRAINER_KEYS))
+# what the builder hands the LightningModule and the net itself
+MODULE_GIVEN = ("net", "optimizer", "scheduler", "num_classes", "class_weights", "class_prior")
+NET_GIVEN = ("in_shape", "num_classes")
 
 
 class SavedRun:
@@ -23,78 +39,172 @@ class SavedRun:
         run_dir: the folder.
         ckpt: ``best``, ``last`` or a weights-only ``.pt`` file.
         overrides: ``key=value`` changes to the saved config (keys must exist; ``+key``
-            adds one).
+            adds one) of ``data``, ``model``, ``paths`` and ``trainer.{TRAINER_KEYS}``.
 
     Raises:
-        UserError: no such run folder or checkpoint, an unknown override key, a refused
-            ``_target_``, a config without data or model.net.
+        UserError: no such run folder or checkpoint, an unknown or unused override key, a
+            target or key outside the vocabulary, a value of the wrong type or range, a
+            statistics file outside the run folder. Nothing has been built then.
     """
 
     def __init__(self, run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] = ()):
         self.path = Path(run_dir)
         self.layout = RunDir(self.path)
+        _check_override_keys(overrides)
         self.cfg = load_run_config(self.path, overrides)
         self.ckpt = checkpoint_path(self.path, ckpt)
-        self.data_cfg, self.model_cfg, self.trainer_cfg = (
-            resolved(self.cfg, k) for k in ("data", "model", "trainer")
-        )
-        if self.data_cfg is None or self.model_cfg is None or "net" not in self.model_cfg:
-            raise UserError(f"{self.layout.saved_config} has no data or model.net section")
+        self.data_cfg, self.model_cfg = resolved(self.cfg, "data"), resolved(self.cfg, "model")
+        if not isinstance(self.data_cfg, dict) or not isinstance(self.model_cfg, dict):
+            raise UserError(f"{self.layout.saved_config} has no data or model section")
+        if not isinstance(self.model_cfg.get("net"), dict):
+            raise UserError(f"{self.layout.saved_config} has no model.net section")
+        self.trainer_cfg = self._trainer_keys()
+        self._check()
+
+    def _trainer_keys(self) -> dict:
+        keys = {}
+        for key in TRAINER_KEYS:
+            if OmegaConf_has(self.cfg, f"trainer.{key}"):
+                keys[key] = resolved(self.cfg, f"trainer.{key}")
+        return keys
+
+    def _check(self) -> None:
+        """Everything that will be built, checked before any of it is."""
+        data, model = self.data_cfg, dict(self.model_cfg)
+        net = model.pop("net")
+        allowlist.check(data, "data", "data")
+        allowlist.check(model, "module", "model", given=MODULE_GIVEN)
+        allowlist.check(net, "net", "model.net", given=NET_GIVEN)
+        _check_trainer(self.trainer_cfg)
+        from omegaconf import OmegaConf
+
+        from experiments.config.schema import check
+
+        # the types and bounds train checks, on the sections as overridden and resolved
+        trainer = {"_target_": "lightning.pytorch.Trainer", **self.trainer_cfg}
+        check(OmegaConf.create({"data": data, "model": self.model_cfg, "trainer": trainer}))
+        stats = data.get("stats_file")
+        if stats is not None and not Path(str(stats)).resolve().is_relative_to(self.path.resolve()):
+            raise UserError(
+                f"data.stats_file={stats} is outside the run folder {self.path}: eval and "
+                f"predict read the run's own statistics and write nowhere else; leave it as "
+                f"the run saved it (data.stats_file={self.path}/data_stats.json)"
+            )
+        self.stats()  # a corrupt statistics file is one line now, not in a data loader
 
     @property
     def sidecar(self) -> dict:
-        """What was recorded with the checkpoint (epoch, metric, value), or {}."""
+        """What was recorded with the checkpoint (epoch, metric, in_shape, class names), or {}."""
         return read_sidecar(self.ckpt)
+
+    def stats(self) -> tuple[list[float], list[float]] | None:
+        """``(mean, std)`` the run normalized with (``data_stats.json`` for ``auto``), checked,
+        or None; None too when ``auto``'s file is not there yet."""
+        from experiments.runs.files import read_json_object
+
+        mean, std = self.data_cfg.get("mean"), self.data_cfg.get("std")
+        if mean != "auto":
+            return None if mean is None else (mean, std)
+        file = self.data_cfg.get("stats_file")
+        saved = read_json_object(file, missing=None) if file else None
+        if saved is None:
+            return None
+        values = [saved.get("mean"), saved.get("std")]
+        ok = all(isinstance(v, list) and 0 < len(v) <= 4 for v in values)
+        ok = ok and len(values[0]) == len(values[1])
+        if not ok or not all(_finite(x) for v in values for x in v):
+            raise UserError(
+                f"{file}: expected mean and std, one finite number per channel; restore the "
+                f"file, or delete it to compute them again from the training split"
+            )
+        return values[0], values[1]
+
+    def transform(self, key: str):
+        """``data.<key>`` (e.g. ``eval_transform``) built from the vocabulary, or None."""
+        node = self.data_cfg.get(key)
+        return None if node is None else allowlist.build(node, "transform", f"data.{key}")
 
     @cached_property
     def datamodule(self):
         """The data as it trained: the same seeded train/val/test split, the same statistics."""
-        from hydra.utils import instantiate
-
-        datamodule = instantiate(self.data_cfg)
+        data = dict(self.data_cfg)
+        if data.get("download"):
+            log.info("data.download=true is not followed here: a saved run reads its data")
+            data["download"] = False
+        datamodule = allowlist.build(data, "data", "data")
         datamodule.prepare_data()
         datamodule.setup("fit")
         return datamodule
 
-    @cached_property
-    def net(self) -> torch.nn.Module:
-        """The plain net with the checkpoint's weights, in eval mode."""
-        from experiments.build import net_for_saved_weights
+    def net_for(self, in_shape: Sequence[int], num_classes: int) -> torch.nn.Module:
+        """The plain net, as configured but with no pretrained weights loaded first (the
+        checkpoint's replace them, and the file may be gone), with the checkpoint's weights,
+        in eval mode."""
         from experiments.runs.weights import load_state_dict_file
 
-        dm = self.datamodule
-        net = net_for_saved_weights(self.model_cfg.net, dm.input_shape, dm.num_classes)
+        node = dict(self.model_cfg["net"])
+        given: dict[str, Any] = {"num_classes": int(num_classes)}
+        if str(node["_target_"]).startswith("torchvision.models."):
+            given["weights"] = None  # a torchvision builder: no in_shape, never a download
+        else:
+            given["in_shape"] = tuple(int(v) for v in in_shape)
+        for key, off in (("pretrained", None), ("download", False), ("weights", None)):
+            if key in node:
+                given[key] = off
+        net = allowlist.build(node, "net", "model.net", **given)
         load_state_dict_file(net, self.ckpt)
         return net.eval()
 
+    @cached_property
+    def net(self) -> torch.nn.Module:
+        """The plain net with the checkpoint's weights, in eval mode."""
+        dm = self.datamodule
+        return self.net_for(dm.input_shape, dm.num_classes)
+
     def module(self):
         """The LightningModule around ``net`` (no optimizer), for ``trainer.test``."""
-        from hydra.utils import instantiate
-
         from experiments.build import model_extras
 
-        return instantiate(
-            self.model_cfg,
-            net=self.net,
-            optimizer=None,
-            scheduler=None,
-            num_classes=self.datamodule.num_classes,
-            **model_extras(self.model_cfg, self.datamodule),
-        )
+        model = {k: v for k, v in self.model_cfg.items() if k != "net"}
+        model.pop("init_from", None)  # recorded by training; eval starts from the checkpoint
+        given = {
+            "net": self.net,
+            "optimizer": None,
+            "scheduler": None,
+            "num_classes": self.datamodule.num_classes,
+            **model_extras(model, self.datamodule),
+        }
+        return allowlist.build(model, "module", "model", **given)
 
     def trainer(self):
-        """A Trainer as the run configured it, minus logging, checkpoints and callbacks."""
-        from hydra.utils import instantiate
+        """A Trainer on one device from ``TRAINER_KEYS`` of the run's trainer section only."""
+        import lightning as L
+        import torch
 
-        return instantiate(
-            self.trainer_cfg or {"_target_": "lightning.pytorch.Trainer"},
-            default_root_dir=str(self.path),
-            callbacks=[],
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        )
+        from experiments.build import cluster_plugins
+
+        if self.trainer_cfg.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
+            raise UserError(
+                f"trainer.accelerator={self.trainer_cfg['accelerator']}: no CUDA GPU is visible "
+                f"here; add trainer.accelerator=cpu (or auto)"
+            )
+        try:
+            return L.Trainer(
+                **self.trainer_cfg,
+                devices=1,
+                num_nodes=1,
+                default_root_dir=str(self.path),
+                callbacks=[],
+                logger=False,
+                plugins=cluster_plugins(),
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+            )
+        except (ValueError, TypeError) as err:
+            from experiments.errors import one_line
+
+            raise UserError(f"trainer: {one_line(err)}") from None
 
     def has_split(self, split: str) -> bool:
         return len(getattr(self.datamodule, f"{split}_set", None) or ()) > 0
@@ -124,3 +234,51 @@ class SavedRun:
         """``(mean, std)`` the data module normalizes batches with, or None."""
         stats = getattr(self.datamodule, "stats", None)
         return (list(stats[0]), list(stats[1])) if stats is not None else None
+
+
+def OmegaConf_has(cfg, key: str) -> bool:  # noqa: N802
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, key, default=_NONE, throw_on_resolution_failure=False) is not _NONE
+
+
+_NONE = object()
+
+
+def _finite(value: Any) -> bool:
+    import math
+
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_override_keys(overrides: Sequence[str]) -> None:
+    """An override of a key a saved run does not build would be silently ignored: refused."""
+    for arg in overrides:
+        key = arg.partition("=")[0].lstrip("+~").strip()
+        if not any(key == p or key.startswith(p + ".") for p in OVERRIDABLE):
+            raise UserError(
+                f"override {key}: not used when a saved run is rebuilt (its Trainer takes only "
+                f"{', '.join(f'trainer.{k}' for k in TRAINER_KEYS)}; data.*, model.* and paths.* "
+                f"may be set)"
+            )
+
+
+def _check_trainer(keys: dict) -> None:
+    accelerator = keys.get("accelerator", "auto")
+    if accelerator not in ACCELERATORS:
+        raise UserError(
+            f"trainer.accelerator={accelerator!r} is not valid; use one of {ACCELERATORS}"
+        )
+    checks = {
+        "precision": lambda v: isinstance(v, str | int) and not isinstance(v, bool),
+        "deterministic": lambda v: v in (None, True, False, "warn"),
+        "benchmark": lambda v: v in (None, True, False),
+        "limit_test_batches": lambda v: (
+            v is None
+            or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+            or (isinstance(v, float) and 0.0 <= v <= 1.0)
+        ),
+    }
+    for key, ok in checks.items():
+        if key in keys and not ok(keys[key]):
+            raise UserError(f"trainer.{key}={keys[key]!r} is not valid for eval")

@@ -1,6 +1,8 @@
-"""A finished run's folder read back for ``eval`` and ``predict``: its saved config with
-``key=value`` overrides applied (every ``_target_`` checked before anything is built),
-and its weights-only checkpoints with their sidecars.
+"""A finished run's folder read back for ``eval`` and ``predict`` as data: its saved config
+with ``key=value`` overrides applied and its references resolved without any resolver
+(``config.references``), its weights-only checkpoints with their sidecars checked for type
+and range, and the places a command may write. What may be built from it is decided by
+``config.allowlist``.
 
 Nothing here imports torch or Lightning, so argument and config mistakes answer in
 well under a second.
@@ -8,8 +10,8 @@ well under a second.
 
 from __future__ import annotations
 
+import datetime
 import difflib
-import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -18,8 +20,9 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from experiments.config.allowlist import check_allowed
+from experiments.config.references import resolve
 from experiments.errors import UserError, one_line
+from experiments.runs.files import read_json_object, read_yaml
 from experiments.runs.layout import RunDir
 
 
@@ -37,6 +40,10 @@ def parse_args(argv: Sequence[str], own: dict[str, Any], usage: str) -> tuple[di
     if any(a in ("-h", "--help", "help") for a in argv):
         print(usage)
         sys.exit(0)
+    from experiments import secrets
+
+    if hasattr(secrets, "check_args"):  # one secret rule for every command line
+        secrets.check_args(list(argv))
     options, overrides = dict(own), []
     for arg in argv:
         key, sep, value = arg.partition("=")
@@ -62,8 +69,9 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
             (adds a key). Values are parsed like YAML / Hydra: ``128``, ``null``, ``[1,2]``.
 
     Raises:
-        UserError: missing folder or config, unknown key, unreadable YAML, a ``_target_``
-            outside the allowlist. The config is not resolved here (see ``resolved``).
+        UserError: missing folder or config, unknown key, unreadable or non-plain YAML (an
+            alias bomb, a tag). Nothing is resolved or checked against the vocabulary
+            here (see ``resolved`` and ``config.allowlist``).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -74,21 +82,35 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
             f"{run_dir} is not a run folder: {path} is missing "
             f"(give the folder python -m experiments.train wrote, outputs/<task>/runs/<time>)"
         )
+    plain = _plain(read_yaml(path, kind=dict), str(path), "")
     try:
-        cfg = OmegaConf.load(path)  # a SafeLoader: YAML tags cannot build objects
-    except Exception as err:
-        raise UserError(f"cannot read {path}: {one_line(err)}") from None
-    if not isinstance(cfg, DictConfig):
-        raise UserError(f"{path} does not hold a mapping of config keys")
+        cfg = OmegaConf.create(plain)
+    except (OmegaConfBaseException, ValueError, TypeError) as err:
+        raise UserError(f"{path}: {one_line(err)}") from None
     # `${hydra:runtime.output_dir}` only resolves inside a Hydra run; this is the folder it named
     if isinstance(cfg.get("paths"), DictConfig):
         cfg.paths.output_dir = str(run_dir.resolve())
     _follow_moves(cfg)
     for arg in overrides:
         _apply_override(cfg, arg, path)
-    where = f"{path} with overrides" if overrides else str(path)
-    check_allowed(OmegaConf.to_container(cfg, resolve=False), where=where)
     return cfg
+
+
+def _plain(node: Any, where: str, key: str) -> Any:
+    """The YAML as plain data: string keys; str, int, float, bool, None, lists, mappings
+    (a date a hand edit left unquoted is its text, as OmegaConf would read it)."""
+    if isinstance(node, dict):
+        bad = next((k for k in node if not isinstance(k, str)), None)
+        if bad is not None:
+            raise UserError(f"{where}: {key or '<root>'} has a key {bad!r} that is not a string")
+        return {k: _plain(v, where, f"{key}.{k}" if key else k) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v, where, f"{key}.{i}") for i, v in enumerate(node)]
+    if isinstance(node, datetime.date):
+        return node.isoformat()
+    if not isinstance(node, str | int | float | bool | type(None)):
+        raise UserError(f"{where}: {key} holds a {type(node).__name__}, not plain data (refused)")
+    return node
 
 
 # targets that run configs saved before the layout move name, and where they live now
@@ -157,25 +179,14 @@ def _all_keys(node: Any, prefix: str = "") -> Iterable[str]:
 
 
 def resolved(cfg: DictConfig, key: str) -> Any:
-    """``cfg[key]`` with interpolations resolved and its ``_target_``s checked, as a new config.
+    """``cfg[key]`` as plain data with its references (``${a.b}``) resolved, or None.
 
     Only the parts a command builds are resolved: the rest of a run's config may hold
-    ``${hydra:...}`` values that have no meaning outside a Hydra run.
+    ``${hydra:...}`` values that have no meaning outside a Hydra run. A resolver
+    (``${oc.env:...}``) reached from ``key`` is refused: a saved file never reads the
+    environment.
     """
-    try:
-        node = OmegaConf.select(cfg, key)
-        plain = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    except OmegaConfBaseException as err:
-        bad = getattr(err, "full_key", None) or key
-        raise UserError(
-            f"cannot resolve {bad} of the run's config: {one_line(err)} "
-            f"(override it, e.g. {bad}=<value>)"
-        ) from None
-    if plain is None:
-        return None
-    # checked again after resolving: an interpolation can put a new value in a _target_
-    check_allowed(plain, where=key, prefix=f"{key}.")
-    return OmegaConf.create(plain) if isinstance(plain, dict | list) else plain
+    return resolve(OmegaConf.to_container(cfg, resolve=False), key, "the run's config")
 
 
 def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
@@ -206,18 +217,79 @@ def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
     return path
 
 
+# a sample larger than this (elements) is not an image a run here trained on: 3x2048x2048
+MAX_SAMPLE = 3 * 2048 * 2048
+MAX_CLASSES = 100_000
+
+
 def read_sidecar(ckpt: Path) -> dict:
     """The ``.json`` written next to ``best.pt`` / ``last.pt``, or ``{}`` when there is none.
 
-    Its values are only ever read as data (shapes, class names), never built.
+    Its values are only ever read as data, and those we use are checked first:
+    ``in_shape`` (``[C, H, W]``, at most ``MAX_SAMPLE`` elements), ``class_names`` (at most
+    ``MAX_CLASSES`` names) and ``epoch``. Its ``net`` is never built.
+
+    Raises:
+        UserError: a corrupt file or a value out of type or range, naming the file.
     """
     path = ckpt.with_suffix(".json")
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise UserError(f"cannot read {path}: {one_line(err)}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} does not hold a JSON object")
+    data = read_json_object(path)
+    if "in_shape" in data:
+        shape = data["in_shape"]
+        ok = isinstance(shape, list) and len(shape) == 3 and all(_count(v) for v in shape)
+        if not ok or shape[0] > 4 or shape[0] * shape[1] * shape[2] > MAX_SAMPLE:
+            raise UserError(
+                f"{path}: in_shape={_short(shape)} is not valid: expected [C, H, W], C 1-4 and "
+                f"at most {MAX_SAMPLE} values; restore the file, or delete it to read the "
+                f"shape from the run's data"
+            )
+    if "class_names" in data:
+        names = data["class_names"]
+        ok = isinstance(names, list) and 0 < len(names) <= MAX_CLASSES
+        if not ok or not all(isinstance(n, str | int) and len(str(n)) <= 1000 for n in names):
+            raise UserError(
+                f"{path}: class_names={_short(names)} is not valid: expected a list of 1 to "
+                f"{MAX_CLASSES} names; restore the file, or delete it to read them from the data"
+            )
+    for key in ("epoch", "epoch_base"):
+        if key in data and not _count(data[key], low=0):
+            raise UserError(f"{path}: {key}={_short(data[key])} is not a whole number >= 0")
     return data
+
+
+def _count(value: Any, low: int = 1) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= 2**31
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+PREDICTIONS_HEADER = "file,predicted,probability"
+
+
+def check_output(output: Path, run_dir: Path) -> Path:
+    """``output`` if a command may write its CSV there: anywhere outside the run folder; in
+    it, only a new file or an earlier predictions CSV -- never a checkpoint, a sidecar,
+    ``metrics.json``, the saved config or any other file of the run.
+
+    Raises:
+        UserError: naming the path and why, with a way out.
+    """
+    target = output.resolve()
+    if target.is_dir():
+        raise UserError(f"output={output} is a folder; give a file name, e.g. {output}/pred.csv")
+    if not target.is_relative_to(run_dir.resolve()) or not target.exists():
+        return output
+    try:
+        with open(target, encoding="utf-8", errors="replace") as f:
+            first = f.readline().strip()
+    except OSError:
+        first = ""
+    if first != PREDICTIONS_HEADER:
+        raise UserError(
+            f"output={output} would replace {target.name}, a file of the run {run_dir}; "
+            f"give a new file name (the default is {run_dir}/predictions.csv)"
+        )
+    return output
