@@ -535,3 +535,11 @@ def test_hostile_run_files_are_skipped_one_line_each_and_the_rest_compared(tmp_p
     n = header(md).index("n")
     assert sorted(r[n] for r in table_rows(md)) == ["1", "2", "2"]  # 4 good runs + mixed-keys
     assert f"skipped {len(broken)} runs:" in md
+
+
+def test_a_hostile_curve_file_is_no_curve(tmp_path):
+    (tmp_path / "csv").mkdir()
+    path = tmp_path / "csv" / "metrics.csv"
+    for data in (b"epoch,val/acc\ninf,0.5\n", b"epoch,val/acc\n0,\xff\n", b"\x00" * 10):
+        path.write_bytes(data)
+        assert read_curve(tmp_path) == {}  # the run is compared; it only has no curve drawn

@@ -12,7 +12,7 @@ from typing import Any
 from experiments.analysis.groups import Comparison, Group
 from experiments.analysis.runs import show_path
 from experiments.errors import UserError
-from experiments.runs.files import atomic_write
+from experiments.runs.files import atomic_write, read_text
 from experiments.tracking.sweep_summary import table_cell as cell
 
 CURVE_METRIC = "val/acc"
@@ -137,15 +137,15 @@ def read_curve(run_dir: Path, column: str = CURVE_METRIC) -> dict[int, float]:
     """``{epoch: value}`` of ``column`` from ``<run>/csv/metrics.csv`` (the last row of an
     epoch wins); ``{}`` when the file, the column or a value cannot be read."""
     curve: dict[int, float] = {}
-    try:
-        with open(run_dir / "csv" / "metrics.csv", newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader)
-            col, ep = header.index(column), header.index("epoch")
-            for row in reader:
-                if len(row) > max(col, ep) and row[col] and row[ep]:
-                    curve[int(float(row[ep]))] = float(row[col])
-    except (OSError, ValueError, StopIteration, csv.Error):
+    path = run_dir / "csv" / "metrics.csv"
+    try:  # a file handed to us: size-limited, UTF-8; an epoch of "inf" overflows int()
+        reader = csv.reader(io.StringIO(read_text(path), newline=""))
+        header = next(reader)
+        col, ep = header.index(column), header.index("epoch")
+        for row in reader:
+            if len(row) > max(col, ep) and row[col] and row[ep]:
+                curve[int(float(row[ep]))] = float(row[col])
+    except (UserError, ValueError, OverflowError, StopIteration, csv.Error):
         return {}
     return curve
 
