@@ -38,7 +38,7 @@ install: $(STAMP)
 # locked setuptools instead of one fetched unchecked. A lock made from other dependency lists than
 # pyproject's is refused before anything is installed.
 $(STAMP): pyproject.toml $(LOCK)
-	@$(PYTHON) scripts/supply_chain.py check-lock
+	@$(PYTHON) scripts/supply_chain.py check-lock $(LOCK)
 	@echo "installing $(LOCK) into $(VENV) (first time: a few minutes, about 6 GB)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -qq $(PIP) --require-hashes --no-deps -r $(LOCK)

@@ -348,7 +348,8 @@ def audit(files: bool = False, lock: Path = LOCK) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("check-lock", help="exit 1 when the lock was made from other dependencies")
+    chk = sub.add_parser("check-lock", help="exit 1 when the lock was made from other dependencies")
+    chk.add_argument("lock", type=Path, nargs="?", default=LOCK)
     fin = sub.add_parser("finish-lock", help="turn pip-compile's output into the committed lock")
     fin.add_argument("raw", type=Path)
     fin.add_argument("out", type=Path)
@@ -357,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "check-lock":
-            problem = check_lock()
+            problem = check_lock(lock=args.lock)
             if problem:
                 print(problem, file=sys.stderr)
                 return 1
