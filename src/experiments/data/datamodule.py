@@ -14,7 +14,7 @@ from experiments.config.hints import Ge, Lt
 from experiments.data import sources, store
 from experiments.data.loaders import loader
 from experiments.data.sources import DatasetName
-from experiments.data.splits import split_indices
+from experiments.data.splits import split_indices, warn_absent_classes
 from experiments.data.stats import normalize, resolve_stats
 from experiments.data.transforms import batch_mixer, compose, is_deterministic
 from experiments.errors import UserError
@@ -77,6 +77,9 @@ class ImageDataModule(L.LightningDataModule):
             by index, with shift/flip augmentation applied per batch; ``false``: never.
         device_resident: ``auto``: those tensors live on the accelerator when they take
             at most a quarter of its free memory; ``true``: always; ``false``: never.
+        follow_symlinks: ``image_csv``: read files through symlinks that resolve outside
+            ``image_dir`` (refused by default, naming the CSV row; file names that are
+            absolute or climb out with ``..`` are always refused).
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class ImageDataModule(L.LightningDataModule):
         fold: int = 0,
         tensor_store: Literal["auto"] | bool = "auto",
         device_resident: Literal["auto"] | bool = "auto",
+        follow_symlinks: bool = False,
     ) -> None:
         super().__init__()
         if dataset == "image_csv" and not (csv_file and image_dir):
@@ -146,6 +150,7 @@ class ImageDataModule(L.LightningDataModule):
         self.sampler = sampler
         self.folds, self.fold = folds, fold
         self.tensor_store, self.device_resident = tensor_store, device_resident
+        self.follow_symlinks = bool(follow_symlinks)
         # set by store.plan at setup, read by the loaders: split -> TensorStore (the
         # batch-level path), and that path's augmentation, run per batch on the device
         self.stores: dict = {}
@@ -182,6 +187,7 @@ class ImageDataModule(L.LightningDataModule):
             target_transform=self.target_transform,
             cache_samples=self.cache_samples(transform),
             cache_max_mb=self.cache_max_mb,
+            follow_symlinks=self.follow_symlinks,
         )
 
     def cache_samples(self, transform: Callable | None) -> bool:
@@ -218,6 +224,8 @@ class ImageDataModule(L.LightningDataModule):
             self.mean, self.std, self.stats_file, Subset(full_eval, train_idx)
         )
         self.class_names = sources.class_names(full_train)
+        for name in ("train", "val", "test"):
+            warn_absent_classes(name, getattr(self, f"{name}_set"), self.class_names)
         self.stores, self.augment_batch = store.plan(self, full_eval, train_idx)
         log.info(
             "data %s: %d train / %d val / %d test samples, %d classes, input %s",

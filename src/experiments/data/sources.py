@@ -11,7 +11,7 @@ from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 
 from experiments.data import safe_pickle
-from experiments.data.datasets import CsvImageDataset, export_digits, peek_image
+from experiments.data.datasets import MAX_CLASSES, CsvImageDataset, export_digits, peek_image
 from experiments.errors import UserError
 
 
@@ -103,6 +103,7 @@ def image_folder_sets(
     target_transform: Callable | None,
     cache_samples: bool,
     cache_max_mb: float,
+    follow_symlinks: bool = False,
 ) -> tuple[Dataset, Dataset | None]:
     """A CSV-indexed folder (``csv_file`` + ``image_dir``), or the bundled digits exported
     under ``root`` when both are None. Mode and size default to the first image's."""
@@ -110,8 +111,10 @@ def image_folder_sets(
         csv_file, image_dir = digits_root(root)
         image_mode = "L"
     elif image_mode is None or image_size is None:
-        probe = CsvImageDataset(csv_file, image_dir, check_files=False)
-        first_mode, first_size = peek_image(Path(image_dir) / probe.files[0])
+        probe = CsvImageDataset(
+            csv_file, image_dir, check_files=False, follow_symlinks=follow_symlinks
+        )
+        first_mode, first_size = peek_image(probe.path(0))
         image_mode, image_size = image_mode or first_mode, image_size or first_size
     return csv_sets(
         csv_file,
@@ -124,6 +127,7 @@ def image_folder_sets(
         target_transform,
         cache_samples=cache_samples,
         cache_max_mb=cache_max_mb,
+        follow_symlinks=follow_symlinks,
     )
 
 
@@ -138,6 +142,7 @@ def csv_sets(
     target_transform: Callable | None,
     cache_samples: bool = False,
     cache_max_mb: float = 1024.0,
+    follow_symlinks: bool = False,
 ) -> tuple[Dataset, Dataset | None]:
     """A CSV-indexed image folder, with an optional separate test CSV (same image_dir)."""
     common = dict(
@@ -149,6 +154,7 @@ def csv_sets(
         cache=cache,
         cache_samples=cache_samples,
         cache_max_mb=cache_max_mb,
+        follow_symlinks=follow_symlinks,
     )
     train = CsvImageDataset(csv_file, **common)
     test = None
@@ -170,5 +176,11 @@ def class_names(dataset) -> list[str]:
         targets = getattr(dataset, "targets", None)
         if targets is None:
             raise UserError("a custom dataset must have .classes or .targets for num_classes")
-        classes = [str(i) for i in range(int(max(targets)) + 1)]
+        top = int(max(targets)) if len(targets) else -1
+        if not 0 <= top < MAX_CLASSES or int(min(targets)) < 0:
+            raise UserError(
+                f"the dataset's .targets must be class indices in 0..{MAX_CLASSES - 1}, found "
+                f"{int(min(targets))}..{top}"
+            )
+        classes = [str(i) for i in range(top + 1)]
     return [str(c) for c in classes]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import torch
 
 from experiments.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 def split_indices(
@@ -96,3 +99,43 @@ def _share(size: int, fraction: float) -> int:
     if fraction > 0 and size >= 2:
         count = min(max(count, 1), size - 1)  # leave one for the splits after it
     return count
+
+
+def absent_classes(part, num_classes: int) -> list[int] | None:
+    """The class indices with no sample in ``part`` (a Subset of a dataset with
+    ``.targets``, or such a dataset), or None when its labels are not known."""
+    base = getattr(part, "dataset", part)
+    targets = getattr(base, "targets", None)
+    if part is None or targets is None or num_classes < 1:
+        return None
+    indices = getattr(part, "indices", None)
+    labels = torch.as_tensor(targets).long().flatten()
+    if indices is not None:
+        labels = labels[torch.as_tensor(list(indices), dtype=torch.long)]
+    present = torch.zeros(num_classes, dtype=torch.bool)
+    present[labels[(labels >= 0) & (labels < num_classes)]] = True
+    return (~present).nonzero().flatten().tolist()
+
+
+def warn_absent_classes(split: str, part, class_names: Sequence[str]) -> list[int]:
+    """Warn in one line when ``split`` lacks some of the classes: its macro metrics
+    (``balanced_acc``, ``macro_f1``) then average only the classes it has (or predicts),
+    and ``<split>/missing_classes`` in metrics.json says how many it lacks.
+
+    Returns:
+        The class indices missing from ``split`` (empty when none or unknown).
+    """
+    missing = absent_classes(part, len(class_names)) or []
+    if missing and len(part):
+        shown = ", ".join(repr(class_names[i]) for i in missing[:10])
+        log.warning(
+            "data: the %s split has no sample of %d of the %d classes (%s%s); its macro "
+            "metrics average only the classes it has, and %s/missing_classes marks them",
+            split,
+            len(missing),
+            len(class_names),
+            shown,
+            ", ..." if len(missing) > 10 else "",
+            split,
+        )
+    return missing

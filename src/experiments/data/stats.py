@@ -3,15 +3,15 @@ read back by every later process of that run (resume, eval, predict)."""
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
 
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,8 @@ def resolve_stats(
         )
     if mean == AUTO:
         path = Path(stats_file) if stats_file else None
-        if path is not None and path.is_file():
-            saved = json.loads(path.read_text())
-            return list(saved["mean"]), list(saved["std"])
+        if path is not None and (path.exists() or path.is_symlink()):
+            return read_stats(path)
         if train_split is None:
             raise UserError(f"data.mean=auto: no statistics file {path} to read them from")
         mean, std = channel_stats(train_split)
@@ -75,6 +74,39 @@ def resolve_stats(
     if len(mean) != len(std) or not mean or min(std) <= 0:
         raise UserError(f"data.mean={mean} / data.std={std}: one value per channel, std > 0")
     return mean, std
+
+
+def read_stats(path: Path) -> tuple[list[float], list[float]]:
+    """The ``(mean, std)`` recorded in ``path`` (a run's ``data_stats.json``), checked: one
+    finite number per channel in each, std > 0.
+
+    Raises:
+        UserError: one line naming the file, the problem and the way out (deleting it makes
+            a run compute the statistics again from its training split).
+    """
+    from experiments.runs.files import read_json_object
+
+    fix = "delete it to compute them again from the training split"
+    try:
+        saved = read_json_object(path, missing=None)
+    except UserError as err:
+        raise UserError(f"{one_line(err)} (data statistics: {fix})") from None
+    mean, std = saved.get("mean"), saved.get("std")
+
+    def numbers(value) -> bool:
+        return (
+            isinstance(value, list)
+            and 0 < len(value) <= 16
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+            and all(math.isfinite(v) for v in value)
+        )
+
+    if not (numbers(mean) and numbers(std) and len(mean) == len(std) and min(std) > 0):
+        raise UserError(
+            f'{path}: data statistics must be {{"mean": [...], "std": [...]}} with one '
+            f"finite number per channel and std > 0; {fix}"
+        )
+    return [float(v) for v in mean], [float(v) for v in std]
 
 
 def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:

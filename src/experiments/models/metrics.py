@@ -59,6 +59,11 @@ def summarize(
     scikit-learn's ``f1_score(average="macro")`` over the labels present), ``top<k>_acc``,
     and per class ``precision/<i>`` and ``recall/<i>`` (0 where undefined, as sklearn's
     ``zero_division=0``).
+
+    When some classes have no sample in the matrix (a split that lacks them), the macro
+    values cover only the classes present, so a perfect score on two of ten classes reads
+    1.0; ``missing_classes`` (the number of classes with no sample) is then added, and
+    lands in metrics.json as ``<split>/missing_classes`` so that such a score is marked.
     """
     m = matrix.double()
     total = m.sum().clamp_min(1)
@@ -77,6 +82,9 @@ def summarize(
     }
     if top_k is not None and topk_hits is not None:
         out[f"top{top_k}_acc"] = topk_hits.double() / total
+    missing = (~present).sum()
+    if m.sum() > 0 and missing > 0:  # one host sync per epoch, on the summed matrix
+        out["missing_classes"] = missing.double()
     for i in range(m.shape[0]):
         out[f"precision/{i}"] = precision[i]
         out[f"recall/{i}"] = recall[i]
