@@ -52,6 +52,15 @@ def end_with_sweep_process(poll_s: float = POLL_S, grace_s: float = GRACE_S) -> 
     ).start()
 
 
+def exit_if_orphaned(code: int) -> None:
+    """End this process at once (``code``) when the sweep's process that started it is gone:
+    called once the job's state is recorded, since nobody waits for its result and a
+    launcher's worker loop would otherwise wait out the grace period."""
+    if _watching and os.getppid() != _watching[0]:
+        logging.shutdown()  # flush the job's log file
+        os._exit(code)
+
+
 def _watch(sweep_pid: int, poll_s: float, grace_s: float) -> None:
     while os.getppid() == sweep_pid:
         time.sleep(poll_s)

@@ -14,6 +14,7 @@ import io
 import logging
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from experiments.compat.hydra import as_recorded_failure, job_outcome
 from experiments.errors import UserError, find_user_error
 from experiments.runs.files import atomic_write, read_json_object, read_yaml, write_json
 from experiments.runs.layout import RunDir
-from experiments.runs.orphans import end_with_sweep_process, mark_sweep_process
+from experiments.runs.orphans import end_with_sweep_process, exit_if_orphaned, mark_sweep_process
 from experiments.runs.sweep import JOB_FILE, KEPT, LOST_ENV, NODE_ENV, stop_reason
 from experiments.tracking import importance
 
@@ -85,6 +86,7 @@ class SweepSummary(Callback):
             log.error("job %s failed: %s", hydra_cfg.job.num, _one_line(outcome),
                       extra={"sweep_line": True})  # fmt: skip
             as_recorded_failure(job_return)
+        exit_if_orphaned(1)  # the sweep's process died while this job ran: nobody waits
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -162,6 +164,7 @@ def record_interrupted(config: DictConfig, reason: str) -> None:
     _write_job(hydra_cfg, hydra_cfg.overrides.task, "interrupted", reason[:300], None, None)
     sweep_dir = Path(hydra_cfg.sweep.dir)
     show_summary(sweep_dir, write_summary(sweep_dir, *_metric(config)))
+    exit_if_orphaned(128 + signal.SIGTERM)  # stopped because the sweep's process died
 
 
 def stopped_by_a_rule(config: DictConfig) -> bool:
