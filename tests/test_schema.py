@@ -28,7 +28,7 @@ from tests.conftest import REPO, run_cli
         ),
         (
             "trainer.max_epochs=2.5",
-            "max_epochs=2.5 is not valid: expected int >= -1 or null",
+            "max_epochs=2.5 is not valid: expected int >= 1, -1 or null",
         ),
         ("trainer.accelerator=gpux", "expected auto, cpu, gpu, cuda, mps, tpu or a mapping"),
         ("trainer.precision=15", "trainer.precision=15 is not valid: expected 64, 32, 16,"),
@@ -43,7 +43,7 @@ from tests.conftest import REPO, run_cli
             "ema_decay=1 is not valid: expected float > 0 and < 1 or null",
         ),
         ("model.top_k=0", "model.top_k=0 is not valid: expected int >= 1, auto or null"),
-        ("seed=-1", "seed=-1 is not valid: expected int >= 0 or null"),
+        ("seed=-1", "seed=-1 is not valid: expected int >= 0 and <= 4294967295 or null"),
         ("print_config=yes", "print_config='yes' is not valid: expected true or false"),
         ("optimized_mode=up", "optimized_mode='up' is not valid: expected max or min"),
         ("cv.folds=1", "cv.folds=1 is not valid: expected int >= 2 or null"),

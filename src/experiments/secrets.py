@@ -200,11 +200,9 @@ def redacted_config(cfg: Any, resolve: bool = True) -> Any:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """Command-line arguments with the values of ``secret_key=value`` replaced."""
-    return [
-        a.split("=", 1)[0] + "=" + REDACTED if "=" in a and is_secret_key(a.split("=")[0]) else a
-        for a in argv
-    ]
+    """Command-line arguments with the value of each one that sets a secret key at any depth
+    (``secret_key_in``) replaced whole."""
+    return [a.split("=", 1)[0] + "=" + REDACTED if secret_key_in(a) else a for a in argv]
 
 
 def redact_saved_config(cfg) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from experiments.config.hints import Ge, Gt, Lt
+from experiments.config.hints import Ge, Gt, Le, Lt
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,8 @@ class RunOptions:
     """Keys at the top of the config (others, such as ``paths``, are not checked here)."""
 
     task_name: str | int = "train"
-    seed: Annotated[int, Ge(0)] | None = 42
+    # numpy's range (2**32 - 1): Lightning's seed_everything fails on one outside it
+    seed: Annotated[int, Ge(0), Le(4294967295)] | None = 42
     optimized_metric: str | None = "val/acc"
     optimized_mode: Literal["max", "min"] = "max"
     tags: list[str] = field(default_factory=list)

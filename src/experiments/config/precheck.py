@@ -122,6 +122,7 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         if multirun:
             raise UserError("resume= resumes one run; it cannot be combined with -m")
         argv = flags + resume_overrides(cfg, resume, overrides)
+        check_args(argv)  # the run's saved overrides, read from a file we were handed
         overrides = [a for a in argv if a not in flags]
         full = compose_or_fail(composer, overrides)
         cfg = task_view(full)

@@ -39,17 +39,79 @@ SECTIONS = {
     "remedies": "experiments.config.options.Remedies",
 }
 
-_OPTIMIZER = {"lr": "Annotated[float, Ge(0)]", "weight_decay": "Annotated[float, Ge(0)]"}
+# Bounds of third-party arguments whose hints cannot say them, chosen where a value out of
+# range would fail late with a traceback or, worse, run and mislead: 0 epochs or batches
+# "train" nothing and report the untrained net's scores.
+# an int is a count of batches, a float a fraction of the split
+_LIMIT_BATCHES = "Annotated[int, Ge(1)] | Annotated[float, Gt(0), Le(1)] | None"
+_UNIT = "Annotated[float, Ge(0), Lt(1)]"
+_OPTIMIZER = {
+    # lr=0 stays valid: it is asked for on purpose (weights frozen while the loop runs; the
+    # suite's checks of epoch metrics and early stopping use it), never reached by mistake
+    "lr": "Annotated[float, Ge(0)]",
+    "weight_decay": "Annotated[float, Ge(0)]",
+    "eps": "Annotated[float, Gt(0)]",
+}
 REFINED = {
     "lightning.pytorch.Trainer": {
         "accelerator": "Literal['auto', 'cpu', 'gpu', 'cuda', 'mps', 'tpu'] | Accelerator",
-        "max_epochs": "Annotated[int, Ge(-1)] | None",
+        "max_epochs": (
+            "Annotated[int, Ge(1), Why('0 epochs would test untrained weights; -1 is no "
+            "limit (with trainer.max_steps or trainer.max_time)')] | Literal[-1] | None"
+        ),
+        "min_epochs": "Annotated[int, Ge(0)] | None",
+        "max_steps": (
+            "Annotated[int, Ge(1), Why('0 steps would test untrained weights; -1 is no "
+            "limit')] | Literal[-1]"
+        ),
+        "min_steps": "Annotated[int, Ge(0)] | None",
+        "limit_train_batches": (
+            "Annotated[int, Ge(1), Why('0 batches would train nothing')] "
+            "| Annotated[float, Gt(0), Le(1)] | None"
+        ),
+        "limit_val_batches": _LIMIT_BATCHES,
+        "limit_test_batches": _LIMIT_BATCHES,
+        "limit_predict_batches": _LIMIT_BATCHES,
+        "val_check_interval": _LIMIT_BATCHES,
+        "overfit_batches": "Annotated[int, Ge(0)] | Annotated[float, Ge(0), Le(1)]",
+        "num_sanity_val_steps": "Annotated[int, Ge(-1)] | None",
+        "check_val_every_n_epoch": "Annotated[int, Ge(1)] | None",
+        "num_nodes": "Annotated[int, Ge(1)]",
+        "gradient_clip_val": "Annotated[float, Ge(0)] | None",
         "log_every_n_steps": "Annotated[int, Ge(1)] | None",
         "accumulate_grad_batches": "Annotated[int, Ge(1)]",
     },
-    "torch.optim.SGD": {**_OPTIMIZER, "momentum": "Annotated[float, Ge(0)]"},
-    "torch.optim.AdamW": _OPTIMIZER,
-    "torch.optim.Adam": _OPTIMIZER,
+    "torch.optim.SGD": {**_OPTIMIZER, "momentum": _UNIT, "dampening": _UNIT},
+    "torch.optim.AdamW": {**_OPTIMIZER, "betas": f"Annotated[Sequence[{_UNIT}], Length(2)]"},
+    "torch.optim.Adam": {**_OPTIMIZER, "betas": f"Annotated[Sequence[{_UNIT}], Length(2)]"},
+    "torch.optim.lr_scheduler.StepLR": {
+        "step_size": "Annotated[int, Ge(1)]",
+        "gamma": "Annotated[float, Gt(0)]",
+    },
+    "torch.optim.lr_scheduler.CosineAnnealingLR": {
+        "T_max": (
+            "Annotated[int, Ge(1), Why('the cosine period in epochs; with "
+            "trainer.max_epochs=-1 set scheduler.T_max=<N>')]"
+        ),
+        "eta_min": "Annotated[float, Ge(0)]",
+    },
+    "torch.optim.lr_scheduler.ReduceLROnPlateau": {
+        "factor": "Annotated[float, Gt(0), Lt(1)]",
+        "patience": "Annotated[int, Ge(0)]",
+        "cooldown": "Annotated[int, Ge(0)]",
+        "threshold": "Annotated[float, Ge(0)]",
+        "min_lr": "Annotated[float, Ge(0)] | Sequence[Annotated[float, Ge(0)]]",
+        "eps": "Annotated[float, Ge(0)]",
+    },
+    "lightning.pytorch.callbacks.EarlyStopping": {
+        "patience": "Annotated[int, Ge(0)]",
+        "min_delta": "Annotated[float, Ge(0)]",
+    },
+    "lightning.pytorch.callbacks.ModelCheckpoint": {
+        "save_top_k": "Annotated[int, Ge(-1)]",
+        "every_n_epochs": "Annotated[int, Ge(0)] | None",
+        "every_n_train_steps": "Annotated[int, Ge(0)] | None",
+    },
 }
 
 
@@ -117,7 +179,8 @@ def _check_node(cfg: DictConfig, key: str, target: str, node: dict, known_only: 
                 continue
         spec = type_of(param, REFINED.get(target, {}).get(name))
         if not spec.admits(value):
-            raise UserError(f"{path}={show(value)} is not valid: expected {spec.describe()}")
+            why = f"; {spec.reason()}" if spec.reason() else ""
+            raise UserError(f"{path}={show(value)} is not valid: expected {spec.describe()}{why}")
 
 
 def _unknown_key(path: str, name: Any, sig: Signature) -> str:

@@ -1,18 +1,22 @@
 """Type hints as checks: what a constructor argument's hint (read from source as an
 ``ast`` expression) admits of the values a config can hold, and how to say it in an error
-("int >= 1 or null", "auto, true or false")."""
+("int >= 1 or null", "auto, true or false", "a list of 2 values, each int >= 1").
+
+A list's items are checked when the hint says their type and it is a plain value type
+(``Sequence[Annotated[int, Ge(1)]]``, ``tuple[float, float]``); ``Length(n)`` bounds the
+count, and ``Why("...")`` says why a range is what it is."""
 
 from __future__ import annotations
 
 import ast
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig
 
 from experiments.config import source_cache
-from experiments.config.hints import BOUNDS
+from experiments.config.hints import BOUNDS, Bound, Length, Why
 from experiments.config.signatures import Param, _module_file, resolve
 
 
@@ -21,8 +25,9 @@ class Type:
     """What a type hint admits of the values a config can hold."""
 
     kind: str  # any, none, int, float, bool, str, list, dict, object, literal, union, ref
-    values: tuple = ()  # literal: the choices; union: the member Types
-    bounds: tuple = ()  # hints.Bound instances every number must satisfy
+    values: tuple = ()  # literal: the choices; union: the member Types; list: its item Type
+    bounds: tuple = ()  # hints.Bound every number must satisfy; hints.Length of a list
+    why: str = ""  # hints.Why: said when a value is refused
 
     def admits(self, value: Any) -> bool:
         if self.kind == "ref":
@@ -31,8 +36,15 @@ class Type:
             return any(t.admits(value) for t in self.values)
         ok = _ADMITS[self.kind](self, value)
         if ok and self.bounds and isinstance(value, numbers.Real):
-            return all(b.holds(value) for b in self.bounds)
+            return all(b.holds(value) for b in self.bounds if isinstance(b, Bound))
         return ok
+
+    def reason(self) -> str:
+        """The first ``Why`` of this Type or its members ("" when none says one)."""
+        if self.why:
+            return self.why
+        members = self.values if self.kind in ("union", "list") else ()
+        return next((t.reason() for t in members if t.reason()), "")
 
     def describe(self) -> str:
         parts = self._parts()
@@ -55,11 +67,32 @@ class Type:
             return [v if isinstance(v, str) else show(v) for v in self.values]
         if self.kind == "bool":
             return ["true", "false"]
-        names = {"none": "null", "any": "anything", "list": "a list", "dict": "a mapping"}
+        if self.kind == "list":
+            return [self._describe_list()]
+        names = {"none": "null", "any": "anything", "dict": "a mapping"}
         names["object"] = "a mapping with _target_"
         bounds = " and".join(f" {b.symbol} {show(b.limit)}" for b in self.bounds)
         text = names.get(self.kind, self.kind) + bounds
         return [text]
+
+    def _describe_list(self) -> str:
+        count = next((b.count for b in self.bounds if isinstance(b, Length)), None)
+        if count is None:
+            return f"a list of {self.values[0].describe()}" if self.values else "a list"
+        if not self.values:
+            return f"a list of {count} values"
+        return f"a list of {count} values (each {self.values[0].describe()})"
+
+
+def _admits_list(t: Type, value: Any) -> bool:
+    if not isinstance(value, list | tuple | ListConfig):
+        return False
+    if any(isinstance(b, Length) and len(value) != b.count for b in t.bounds):
+        return False
+    if not t.values:
+        return True
+    # an interpolation inside the list is resolved, and checked, by its constructor
+    return all(t.values[0].admits(v) for v in value if not (isinstance(v, str) and "${" in v))
 
 
 _ADMITS = {
@@ -69,7 +102,7 @@ _ADMITS = {
     "float": lambda t, v: isinstance(v, numbers.Real) and not isinstance(v, bool),
     "bool": lambda t, v: isinstance(v, bool),
     "str": lambda t, v: isinstance(v, str),
-    "list": lambda t, v: isinstance(v, list | tuple | ListConfig),
+    "list": _admits_list,
     "dict": lambda t, v: isinstance(v, dict | DictConfig),
     "object": lambda t, v: isinstance(v, dict | DictConfig),  # a config that builds one
     "literal": lambda t, v: any(type(c) is type(v) and c == v for c in t.values),
@@ -157,13 +190,41 @@ def _subscript(expr: ast.Subscript, module: str, depth: int) -> Type:
         return ANY if any(v is _NOT_LITERAL for v in values) else Type("literal", values)
     if base == "Annotated":
         inner = _type(args[0], module, depth + 1)
-        bounds = tuple(b for b in (_bound(a) for a in args[1:]) if b is not None)
-        return _bounded(inner, bounds)
+        marks = [m for m in (_bound(a) for a in args[1:]) if m is not None]
+        if inner.kind == "list":
+            lengths = tuple(m for m in marks if isinstance(m, Length))
+            inner = replace(inner, bounds=inner.bounds + lengths)
+        found = _bounded(inner, tuple(m for m in marks if isinstance(m, Bound)))
+        why = next((m.text for m in marks if isinstance(m, Why)), "")
+        return replace(found, why=why) if why else found
+    if base in _NAMES and _NAMES[base] == "list":
+        return _list(base, args, module, depth)
     if base in _NAMES:
         return Type(_NAMES[base])
     if base == "Callable":
         return Type("object")
     return ANY
+
+
+_SCALARS = ("int", "float", "bool", "str", "literal", "none")
+
+
+def _list(base: str, args: list[ast.expr], module: str, depth: int) -> Type:
+    """``Sequence[int]``, ``tuple[float, float]`` (two items), ``tuple[int, ...]``: a list
+    whose items are checked when they are plain values (a class or an alias is left to the
+    constructor: resolving it is the slow part of a check)."""
+    ellipsis = len(args) == 2 and isinstance(args[1], ast.Constant) and args[1].value is ...
+    if ellipsis:
+        args = args[:1]
+    shapes = {ast.dump(a) for a in args}
+    if len(shapes) != 1:
+        return Type("list")
+    item = _type(args[0], module, depth + 1)
+    members = item.values if item.kind == "union" else (item,)
+    if not all(m.kind in _SCALARS for m in members):
+        return Type("list")
+    tuple_of_n = base in ("tuple", "Tuple") and len(args) > 1
+    return Type("list", (item,), (Length(len(args)),) if tuple_of_n else ())
 
 
 def _union(types: list[Type]) -> Type:
@@ -190,10 +251,16 @@ def _literal(expr: ast.expr) -> Any:
 
 
 def _bound(expr: ast.expr):
-    if isinstance(expr, ast.Call) and _last_name(expr.func) in BOUNDS and expr.args:
-        limit = _literal(expr.args[0])
-        if isinstance(limit, int | float):
-            return BOUNDS[_last_name(expr.func)](limit)
+    """A hints mark written in ``Annotated[...]``: ``Ge(1)``, ``Length(2)``, ``Why("...")``."""
+    if not (isinstance(expr, ast.Call) and expr.args):
+        return None
+    name, value = _last_name(expr.func), _literal(expr.args[0])
+    if name in BOUNDS and isinstance(value, int | float) and not isinstance(value, bool):
+        return BOUNDS[name](value)
+    if name == "Length" and isinstance(value, int) and not isinstance(value, bool):
+        return Length(value)
+    if name == "Why" and isinstance(value, str):
+        return Why(value)
     return None
 
 
