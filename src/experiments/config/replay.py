@@ -44,6 +44,7 @@ OWN_RESOLVER_PREFIX = "experiments."
 GET_OBJECT = "hydra.utils.get_object"  # looks an object up by its path: the path is a target
 SHOWN_CHARS = 80  # of an entry, in an error line
 _RESOLVER = re.compile(r"\$\{\s*([^:}\s]+)\s*:")
+_ENV_NAME = re.compile(r"\$\{\s*oc\.env\s*:\s*([^,}\s]+)")
 
 
 def read_overrides(path: str | Path) -> list[str]:
@@ -174,6 +175,9 @@ def _check_value(value: Any, key: str, refuse) -> None:
         elif isinstance(node, str):
             if any(is_control(c) for c in node):
                 raise refuse(f"the value of {where} holds a control character")
+            for name in _ENV_NAME.findall(node):
+                if is_secret_key(name):
+                    raise refuse(f"the value of {where} reads the secret variable {name}")
             for resolver in _RESOLVER.findall(node):
                 if resolver not in READ_ONLY_RESOLVERS and not resolver.startswith(
                     OWN_RESOLVER_PREFIX
