@@ -62,11 +62,11 @@ class SavedRun:
         self._check()
 
     def _trainer_keys(self) -> dict:
-        keys = {}
-        for key in TRAINER_KEYS:
-            if OmegaConf_has(self.cfg, f"trainer.{key}"):
-                keys[key] = resolved(self.cfg, f"trainer.{key}")
-        return keys
+        from omegaconf import OmegaConf
+
+        saved = OmegaConf.to_container(self.cfg, resolve=False).get("trainer")
+        saved = saved if isinstance(saved, dict) else {}
+        return {k: resolved(self.cfg, f"trainer.{k}") for k in TRAINER_KEYS if k in saved}
 
     def _check(self) -> None:
         """Everything that will be built, checked before any of it is."""
@@ -106,6 +106,8 @@ class SavedRun:
         if mean != "auto":
             return None if mean is None else (mean, std)
         file = self.data_cfg.get("stats_file")
+        if file is not None and not isinstance(file, str):
+            raise UserError(f"data.stats_file={file!r} is not a file name")
         saved = read_json_object(file, missing=None) if file else None
         if saved is None:
             return None
@@ -234,15 +236,6 @@ class SavedRun:
         """``(mean, std)`` the data module normalizes batches with, or None."""
         stats = getattr(self.datamodule, "stats", None)
         return (list(stats[0]), list(stats[1])) if stats is not None else None
-
-
-def OmegaConf_has(cfg, key: str) -> bool:  # noqa: N802
-    from omegaconf import OmegaConf
-
-    return OmegaConf.select(cfg, key, default=_NONE, throw_on_resolution_failure=False) is not _NONE
-
-
-_NONE = object()
 
 
 def _finite(value: Any) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from experiments.config.references import resolve
@@ -83,6 +83,7 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
             f"(give the folder python -m experiments.train wrote, outputs/<task>/runs/<time>)"
         )
     plain = _plain(read_yaml(path, kind=dict), str(path), "")
+    _follow_moves(plain)
     try:
         cfg = OmegaConf.create(plain)
     except (OmegaConfBaseException, ValueError, TypeError) as err:
@@ -90,7 +91,6 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
     # `${hydra:runtime.output_dir}` only resolves inside a Hydra run; this is the folder it named
     if isinstance(cfg.get("paths"), DictConfig):
         cfg.paths.output_dir = str(run_dir.resolve())
-    _follow_moves(cfg)
     for arg in overrides:
         _apply_override(cfg, arg, path)
     return cfg
@@ -121,15 +121,16 @@ MOVED = {
 
 
 def _follow_moves(node: Any) -> None:
-    if isinstance(node, DictConfig):
-        target = node._get_node("_target_") if "_target_" in node else None
-        if target is not None and target._value() in MOVED:
-            node._target_ = MOVED[target._value()]
-        for key in node.keys():
-            _follow_moves(node._get_node(key))
-    elif isinstance(node, ListConfig):
-        for i in range(len(node)):
-            _follow_moves(node._get_node(i))
+    """Rename MOVED targets in the plain config, in place."""
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        if isinstance(target, str) and target in MOVED:
+            node["_target_"] = MOVED[target]
+        for value in node.values():
+            _follow_moves(value)
+    elif isinstance(node, list):
+        for value in node:
+            _follow_moves(value)
 
 
 def _apply_override(cfg: DictConfig, arg: str, path: Path) -> None:
@@ -217,8 +218,8 @@ def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
     return path
 
 
-# a sample larger than this (elements) is not an image a run here trained on: 3x2048x2048
-MAX_SAMPLE = 3 * 2048 * 2048
+# a sample larger than this (elements) is not an image a run here trained on: 4x4096x4096
+MAX_SAMPLE = 4 * 4096 * 4096
 MAX_CLASSES = 100_000
 
 
