@@ -20,7 +20,8 @@ from PIL import Image
 from torchvision.transforms import v2
 
 from experiments.data import CsvImageDataset, ImageDataModule
-from experiments.data.datasets import MAX_CLASSES, peek_image
+from experiments.data.csv_index import MAX_CLASSES
+from experiments.data.images import peek_image
 from experiments.errors import UserError
 from experiments.model_card import write_model_card
 from experiments.models.metrics import summarize

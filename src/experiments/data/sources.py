@@ -11,7 +11,8 @@ from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 
 from experiments.data import safe_pickle
-from experiments.data.datasets import MAX_CLASSES, CsvImageDataset, export_digits, peek_image
+from experiments.data.csv_index import MAX_CLASSES
+from experiments.data.datasets import CsvImageDataset, export_digits, peek_image
 from experiments.errors import UserError
 
 
