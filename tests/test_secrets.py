@@ -121,3 +121,25 @@ def test_no_key_of_conf_or_of_hydras_own_config_is_secret():
         keys |= set(_keys(OmegaConf.to_container(full, resolve=False)))
     assert len(keys) > 300
     assert sorted(k for k in keys if is_secret_key(k)) == []
+
+
+def test_a_secret_key_among_a_sweepers_params_is_refused(tmp_path, data_dir):
+    """An ``hparams_search`` file's params become every job's overrides (its overrides.yaml,
+    the sweep's files): the same rule holds for them."""
+    search = tmp_path / "search" / "hparams_search"
+    search.mkdir(parents=True)
+    (search / "leak.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /hydra/sweeper: basic\n"
+        f"hydra:\n  sweeper:\n    params:\n      +db.passwords: {CANARY},other\n"
+    )
+    res = run_cli(
+        *("-m", "experiments.train", "-m", "debug=fast", f"paths.data_dir={data_dir}"),
+        *(f"hydra.searchpath=[file://{tmp_path / 'search'}]", "hparams_search=leak"),
+        cwd=tmp_path,
+    )
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.strip().startswith(
+        "error: db.passwords: secrets are not accepted in hydra.sweeper.params"
+    )
+    assert CANARY not in res.stdout + res.stderr
+    assert not (tmp_path / "outputs").exists()

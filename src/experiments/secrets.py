@@ -80,7 +80,7 @@ _ENV_REFERENCE = re.compile(r"\$\{oc\.env:\s*[A-Za-z_][A-Za-z0-9_]*\s*\}")
 _NAME_IN_TEXT = re.compile(r"""["']?([A-Za-z_][\w.\-/@+~]*)["']?\s*[:=]""")
 
 
-def check_args(args: Sequence[str]) -> None:
+def check_args(args: Sequence[str], where: str = "on the command line") -> None:
     """Refuse a command line that sets a secret key, with one line naming the key (never
     the value) and the way out.
 
@@ -91,6 +91,10 @@ def check_args(args: Sequence[str]) -> None:
     ``name:``. A secret key whose value is only ``${oc.env:NAME}`` is accepted: the secret
     stays in the environment, and written configs redact its value.
 
+    Args:
+        args: the arguments, as the command was given them (or overrides read elsewhere).
+        where: where they came from, for the message.
+
     Raises:
         experiments.errors.UserError: a secret key was given.
     """
@@ -100,7 +104,7 @@ def check_args(args: Sequence[str]) -> None:
         key = secret_key_in(str(arg))
         if key is not None:
             raise UserError(
-                f"{key}: secrets are not accepted on the command line (they would be saved "
+                f"{key}: secrets are not accepted {where} (they would be saved "
                 f"in the run dir, the sweep's files and the trackers); put the secret in the "
                 f"environment and refer to it as {key}=${{oc.env:NAME}}, or use the "
                 f"tracker's own variable (e.g. WANDB_API_KEY)"

@@ -122,7 +122,7 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         if multirun:
             raise UserError("resume= resumes one run; it cannot be combined with -m")
         argv = flags + resume_overrides(cfg, resume, overrides)
-        check_args(argv)  # the run's saved overrides, read from a file we were handed
+        check_args(argv, "in the resumed run's overrides")  # read from a file we were handed
         overrides = [a for a in argv if a not in flags]
         full = compose_or_fail(composer, overrides)
         cfg = task_view(full)
@@ -136,6 +136,7 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         check_sweeper(full)
     sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
     if multirun or is_multirun(full):
+        _check_sweep_params(full)
         if set(flags) <= MULTIRUN and process_rank() == 0:  # a sweep that will run jobs
             check_ray_launcher(full)  # connects once: the launcher uses the connection
             argv = claim_sweep_dir(composer, full, argv, parsed)
@@ -186,6 +187,18 @@ def claim_sweep_dir(composer: Composer, full: DictConfig, argv: list[str], parse
     if claim(sweep_dir, mine, force):
         print(f"resuming the sweep in {sweep_dir}: finished jobs are kept", flush=True)
     return argv
+
+
+def _check_sweep_params(full: DictConfig) -> None:
+    """A sweeper's ``params`` (from an ``hparams_search`` file) become every job's overrides,
+    written to its run dir and the sweep's files: the secret rule holds for them too."""
+    try:
+        params = OmegaConf.select(full, "hydra.sweeper.params", default=None)
+    except Exception:  # an interpolation only Hydra can resolve: the sweeper reports it
+        return
+    if OmegaConf.is_dict(params):
+        plain = OmegaConf.to_container(params, resolve=False)
+        check_args([f"{k}={v}" for k, v in plain.items()], "in hydra.sweeper.params")
 
 
 def _check_data_dir(cfg: DictConfig) -> None:
