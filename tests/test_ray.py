@@ -4,13 +4,17 @@ each) started once for this module with Ray's own ``ray start``, joined through
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -100,8 +104,26 @@ def test_an_optuna_search_queues_its_trials_for_the_slots_of_both_nodes(
     assert (sweep / "parallel.png").stat().st_size > 1000
 
 
-def test_ray_mistakes_are_one_line_before_any_job(tmp_path, data_dir, cluster):
+@pytest.fixture
+def not_ray():
+    """``<host>:<port>`` where a plain TCP server answers (what a wrong port may reach)."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer():
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                conn.sendall(b"HTTP/1.1 200 OK\r\n\r\nnot a Ray head\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_ray_mistakes_are_one_line_before_any_job(tmp_path, data_dir, cluster, not_ray):
     cases = {
+        # ray.init waited more than 5 minutes there, deaf to SIGTERM
+        f"hydra.launcher.address={not_ray}": "something answers there, but not a Ray head",
         f"hydra.launcher.address=127.0.0.1:{_free_port()}": "no Ray head answers there",
         "hydra.launcher.address=nohost": "expected <host>:<port>",
         "hydra.launcher.cpus_per_job=0": "needs more than 0 CPUs",
@@ -147,3 +169,43 @@ def test_a_job_the_launcher_could_not_run_is_failed_not_healed(tmp_path):
     assert (rows[0]["status"], rows[0]["remedies"]) == ("failed", "")
     assert (rows[1]["status"], rows[1]["remedies"]) == ("lost", "")  # lost for good
     assert rows[1]["error"] == "WorkerCrashedError: died"
+
+
+def test_sigterm_stops_a_ray_sweep_and_records_its_running_jobs(tmp_path, data_dir, cluster):
+    started = tmp_path / "started"
+    ended: list = []
+    runner = threading.Thread(target=lambda: ended.append(_sweep(
+        tmp_path, data_dir, "optimizer.lr=0.01,0.1", "trainer.max_epochs=50",
+        "+callbacks.slow._target_=tests.sweep_fault_helpers.Started",
+        f"+callbacks.slow.folder={started}", address=cluster,
+    )))  # fmt: skip
+    runner.start()
+    deadline = time.monotonic() + 300
+    while not list(started.glob("started-*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(started.glob("started-*")), "no job started"
+    # the sweep's process holds the sweep dir's lock, which names it
+    driver = json.loads((tmp_path / "sweep" / ".lock").read_text())["pid"]
+    os.kill(driver, signal.SIGTERM)
+    runner.join(timeout=120)
+    (res, sweep) = ended[0]
+    assert res.returncode == 143, res.stderr[-3000:]
+    jobs = _jobs(sweep)
+    assert {j["status"] for j in jobs} == {"interrupted"} and len(jobs) == 2
+    assert "2 interrupted" in (sweep / "summary.md").read_text()
+
+
+def test_a_job_lost_past_its_retries_is_failed_and_the_summary_written(tmp_path, data_dir, cluster):
+    # its worker is killed (SIGKILL, as when its node goes) and lost_retries=0: no crash
+    res, sweep = _sweep(
+        tmp_path, data_dir, "hydra.launcher.lost_retries=0", "debug=limit",
+        "+callbacks.die._target_=tests.helpers.SignalOnce", "+callbacks.die.step=1",
+        "+callbacks.die.job=0", "+callbacks.die.signum=9",
+        f"+callbacks.die.marker={tmp_path / 'died'}", address=cluster,
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr[-3000:]
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: 1 of 1 jobs failed; job 0: lost 1 time")
+    (job,) = _jobs(sweep)
+    assert job["status"] == "failed" and "WorkerCrashedError" in job["error"]
+    assert "1 jobs, 0 ok, 1 failed" in (sweep / "summary.md").read_text()

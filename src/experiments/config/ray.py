@@ -12,7 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.errors import UserError, one_line
 
-# how long a head address may take to accept a connection before it counts as unreachable
+# how long a head address may take to accept a connection, and then to answer as a Ray head
+# does (a gRPC server), before it counts as no Ray head: ray.init itself would wait minutes
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -87,6 +88,27 @@ def _reachable(address: str) -> None:
             f"hydra.launcher.address={address}: no Ray head answers there ({reason}); start one "
             f"with `ray start --head --port={port}` or fix the address"
         ) from None
+    if not _speaks_grpc(address):
+        raise UserError(
+            f"hydra.launcher.address={address}: something answers there, but not a Ray head "
+            f"(no gRPC handshake in {CONNECT_TIMEOUT_S:g} s); give the port `ray start --head` "
+            f"printed (6379 by default)"
+        )
+
+
+def _speaks_grpc(address: str) -> bool:
+    """Whether ``address`` completes a gRPC (HTTP/2) handshake within the deadline, as a Ray
+    head's control service does; any other server (a web server, a database) does not."""
+    import grpc  # Ray's own dependency
+
+    channel = grpc.insecure_channel(address)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_S)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
 
 
 def check_resources(cpus: float, gpus: float) -> None:

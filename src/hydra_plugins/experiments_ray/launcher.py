@@ -9,13 +9,18 @@ Ray gave it (``CUDA_VISIBLE_DEVICES``) and frees their memory when it ends.
 
 A job Ray loses (its worker or node died, or Ray's memory monitor killed it) is recorded as
 ``lost`` in its ``job.json`` and run again, ``lost_retries`` times, wherever a slot frees; the
-run continues from its last checkpoint when it saved one. Its summary row says so.
+run continues from its last checkpoint when it saved one. Its summary row says so. A job lost
+once more than that (or one Ray could not run at all) is recorded ``failed``: the other jobs
+go on, the summary is written, and the sweep ends with one line (exit 1), not a traceback.
 
 With the Optuna sweeper each of its ``n_jobs`` workers asks for a trial as soon as its last
 one ends, so every free slot takes the next trial (no batch barrier)."""
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +99,9 @@ class RayLauncher(Launcher):
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
+        # the jobs submitted to Ray and not yet back (each sweeper thread adds its own)
+        self._running: dict[Any, DictConfig] = {}
+        self._lock = threading.Lock()
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -101,6 +109,37 @@ class RayLauncher(Launcher):
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
+        # SIGTERM (a scheduler's stop, `kill`) ends the sweep: the jobs running on Ray are
+        # recorded as interrupted and cancelled, the summary written, exit 143. Set here, in
+        # the main thread (the Optuna sweeper launches from its worker threads)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame) -> None:
+        import ray
+
+        with self._lock:
+            running = list(self._running.items())
+            self._running.clear()
+        for ref, cfg in running:
+            _record_lost(cfg, "stopped by SIGTERM while it ran on Ray; the same command again "
+                         "resumes it from its last checkpoint", retried=False,
+                         status="interrupted")  # fmt: skip
+            with contextlib.suppress(Exception):  # Ray is shutting down too: nothing to cancel
+                ray.cancel(ref, force=True)
+        if self.config is not None:
+            from experiments.tracking.sweep_summary import write_summary
+
+            write_summary(Path(str(self.config.hydra.sweep.dir)).absolute(),
+                          str(self.config.get("optimized_metric", "")),
+                          str(self.config.get("optimized_mode", "max")))  # fmt: skip
+        log.error("SIGTERM: %d running job(s) recorded as interrupted; the same command again "
+                  "resumes the sweep", len(running), extra={"sweep_line": True})  # fmt: skip
+        # exit here: raised from inside ray.wait, SystemExit came back as another error
+        with contextlib.suppress(Exception):
+            ray.shutdown()  # the Ray this sweep started, if it did
+        logging.shutdown()
+        os._exit(128 + signum)
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -128,28 +167,59 @@ class RayLauncher(Launcher):
         def submit(cfg, lost=None):
             return remote.remote(self.hydra_context, self.task_function, cfg, state, cwd, lost)
 
-        pending = {submit(cfg): (k, 0) for k, cfg in enumerate(configs)}
+        pending: dict[Any, tuple[int, int]] = {}
+
+        def start(k: int, attempt: int, lost: str | None = None) -> None:
+            ref = submit(configs[k], lost)
+            pending[ref] = (k, attempt)
+            with self._lock:
+                self._running[ref] = configs[k]
+
+        for k in range(len(configs)):
+            start(k, 0)
         results: list[JobReturn | None] = [None] * len(configs)
         retries = int(s.get("lost_retries") or 0)
         while pending:
-            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            # a bounded wait: a signal's handler runs between two waits at the latest
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            if not ready:
+                continue
+            (ref,) = ready
             k, attempt = pending.pop(ref)
+            with self._lock:
+                self._running.pop(ref, None)
             try:
                 results[k] = ray.get(ref)
             except _lost_errors() as err:
                 reason = _first_line(err)
                 cfg = configs[k]
-                _record_lost(cfg, reason, retried=attempt < retries)
                 if attempt < retries:
+                    _record_lost(cfg, reason, retried=True)
                     log.warning("job %s lost (%s): running it again", cfg.hydra.job.num, reason,
                                 extra={"sweep_line": True})  # fmt: skip
-                    pending[submit(cfg, reason)] = (k, attempt + 1)
+                    start(k, attempt + 1, reason)
                 else:
-                    results[k] = _failed(cfg, err)
+                    lost = f"lost {attempt + 1} time{'s' if attempt else ''}, last: {reason}"
+                    results[k] = self._recorded_failure(cfg, err, lost)
             except ray.exceptions.RayError as err:  # the task could not run at all
-                _record_lost(configs[k], _first_line(err), retried=False, status="failed")
-                results[k] = _failed(configs[k], err)
+                results[k] = self._recorded_failure(configs[k], err, _first_line(err))
         return results
+
+    def _recorded_failure(self, cfg: DictConfig, err: BaseException, reason: str) -> JobReturn:
+        """A job that did not come back from Ray: recorded ``failed`` (with ``reason``) in
+        its job.json and the summary; to the sweeper, a job that is passed over (the summary
+        callback ends the sweep with one line)."""
+        from experiments.compat.hydra import as_recorded_failure
+        from experiments.tracking.sweep_summary import write_summary
+
+        _record_lost(cfg, reason, retried=False, status="failed")
+        log.error("job %s failed: %s", cfg.hydra.job.num, reason, extra={"sweep_line": True})
+        metric = str(self.config.get("optimized_metric", ""))
+        write_summary(Path(str(cfg.hydra.sweep.dir)), metric,
+                      str(self.config.get("optimized_mode", "max")))  # fmt: skip
+        result = _failed(cfg, err)
+        as_recorded_failure(result)
+        return result
 
     def _job_config(self, overrides: list[str], idx: int, sweep_dir: Path) -> DictConfig:
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
