@@ -145,7 +145,7 @@ class CsvImageDataset(Dataset):
                 raise UserError(
                     f"{self.csv_file} row {self.lines[index]}: {self.files[index]!r} leads "
                     f"through a symlink to {target}, outside data.image_dir={self.image_dir}; "
-                    f"move the file inside or set data.follow_symlinks=true"
+                    f"move the file inside or set (+)data.follow_symlinks=true"
                 )
         return path
 
