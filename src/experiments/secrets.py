@@ -36,7 +36,8 @@ TEXT_TOKEN_WORDS = frozenset(
 KEY_QUALIFIERS = frozenset(
     {"api", "access", "private", "secret", "auth", "ssh", "signing", "encryption", "license",
      "master", "client", "account", "service", "deploy", "storage", "subscription", "app",
-     "session", "wandb", "hf", "openai", "aws", "gcp", "azure", "mlflow", "comet", "neptune"}
+     "session", "wandb", "hf", "openai", "aws", "gcp", "azure", "mlflow", "comet", "neptune",
+     "gpg", "pgp", "rsa", "ssl", "tls"}
 )  # fmt: skip
 
 
