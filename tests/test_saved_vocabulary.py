@@ -259,3 +259,11 @@ def test_non_plain_yaml_is_refused(run):
     path.write_text(yaml.safe_dump(cfg))
     with pytest.raises(UserError, match=r"data\.root holds a bytes, not plain data"):
         evaluate(run)
+
+
+def test_eval_exports_and_downloads_nothing(run, tmp_path):
+    # training exports the digits under data.root; a saved run only reads them
+    elsewhere = tmp_path / "nowhere"
+    with pytest.raises(UserError, match=r"data\.root=.*nowhere/digits: the run's digits are not"):
+        evaluate(run, overrides=[f"paths.data_dir={elsewhere}"])
+    assert not elsewhere.exists()

@@ -91,6 +91,13 @@ class SavedRun:
                 f"the run saved it (data.stats_file={self.path}/data_stats.json)"
             )
         self.stats()  # a corrupt statistics file is one line now, not in a data loader
+        root = Path(str(data.get("root", "data")))
+        if data.get("dataset", "digits") == "digits" and not (root / "labels.csv").is_file():
+            # training exports the digits there; a saved run is read, so nothing is written
+            raise UserError(
+                f"data.root={root}: the run's digits are not there (no labels.csv); give the "
+                f"folder that holds them, e.g. paths.data_dir=<folder with digits/>"
+            )
 
     @property
     def sidecar(self) -> dict:
@@ -134,7 +141,8 @@ class SavedRun:
             log.info("data.download=true is not followed here: a saved run reads its data")
             data["download"] = False
         datamodule = allowlist.build(data, "data", "data")
-        datamodule.prepare_data()
+        # no prepare_data(): it exports or downloads, and a saved run only reads (the
+        # digits' presence is checked before anything is built)
         datamodule.setup("fit")
         return datamodule
 
