@@ -156,8 +156,8 @@ VERIFY_CORRUPT = {
 @pytest.mark.parametrize("case", list(VERIFY_CORRUPT))
 def test_verify_of_a_corrupt_run_file_is_one_line_and_never_a_match(finished, tmp_path, case):
     run = _copy(finished, tmp_path)
-    # were it trained again it would fail on the missing data: the line must come first
-    _set_overrides(run, ["trainer.max_epochs=1", f"paths.data_dir={tmp_path / 'no-data'}"])
+    # were it trained again it would fail on this value: the line must come before that
+    _set_overrides(run, ["trainer.max_epochs=not-a-number"])
     name, text, named = VERIFY_CORRUPT[case]
     (run / name).write_text(text)
     res = run_cli("-m", "experiments.verify", f"run_dir={run}", cwd=tmp_path)
