@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from experiments.errors import UserError
 from tests.conftest import run_cli
 
 
@@ -120,8 +121,18 @@ def test_hostile_job_files_are_read_as_data_not_trusted(tmp_path):
     assert RunDir(job).best_value("val/acc") is None
     (job / "checkpoints" / "best.json").write_text('{"monitor": "val/acc", "value": true}')
     assert RunDir(job).best_value("val/acc") is None
-    (job / "metrics.json").write_text("{torn")  # unreadable: the job did not finish
-    (job / "job.json").write_text("[]")
-    assert plan_job(job, retry_failed=True) == ("run", None)
     (job / "checkpoints" / "last.ckpt").write_bytes(b"x")
     assert plan_job(job, retry_failed=True) == ("resume", job)
+    # a corrupt record is one line naming the file, never read as "not finished"
+    (job / "job.json").write_text("[]")
+    with pytest.raises(UserError, match=r"0/job.json: holds a JSON list"):
+        plan_job(job, retry_failed=True)
+    (job / "job.json").write_text('{"status": "failed"}')
+    (job / "metrics.json").write_text("{torn")
+    with pytest.raises(UserError, match=r"0/metrics.json: not valid JSON"):
+        plan_job(job, retry_failed=False)
+    # a finished run's metrics win over a stale failed record; a partial record does not
+    (job / "metrics.json").write_text(json.dumps({"val/acc": 0.5, "run_dir": str(job)}))
+    assert plan_job(job, retry_failed=False) == ("keep", {"val/acc": 0.5, "run_dir": str(job)})
+    (job / "metrics.json").write_text(json.dumps({"remedies": []}))
+    assert plan_job(job, retry_failed=False) == ("failed", {"status": "failed"})
