@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import lightning as L
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from experiments.config.hints import Ge, Lt
+from experiments.config.hints import Ge, Le, Length, Lt, Why
 from experiments.data import sources, store
 from experiments.data.loaders import loader
 from experiments.data.sources import DatasetName
@@ -91,7 +91,12 @@ class ImageDataModule(L.LightningDataModule):
         image_dir: str | None = None,
         test_csv_file: str | None = None,
         image_mode: str | None = None,
-        image_size: Sequence[int] | None = None,
+        image_size: Annotated[
+            Sequence[Annotated[int, Ge(1), Le(4096)]],
+            Length(2),
+            Why("each image is resized to it in memory (4096x4096 RGB is 200 MB as float32)"),
+        ]
+        | None = None,
         train_transform: Callable | None = None,
         eval_transform: Callable | None = None,
         target_transform: Callable | None = None,
@@ -113,8 +118,8 @@ class ImageDataModule(L.LightningDataModule):
         mixup_alpha: Annotated[float, Ge(0)] = 0.0,
         cutmix_alpha: Annotated[float, Ge(0)] = 0.0,
         sampler: Literal["shuffle", "balanced"] = "shuffle",
-        folds: int | None = None,
-        fold: int = 0,
+        folds: Annotated[int, Ge(2)] | None = None,
+        fold: Annotated[int, Ge(0)] = 0,
         tensor_store: Literal["auto"] | bool = "auto",
         device_resident: Literal["auto"] | bool = "auto",
         follow_symlinks: bool = False,
