@@ -33,7 +33,10 @@ after calibration test/ece_calibrated), reliability.png and model_card.md. Other
 arguments override keys of the run's config, e.g. data.batch_size=256
 trainer.accelerator=cpu (+key=value adds a key). posthoc_tau=1.0 also reports
 test/posthoc/{acc,balanced_acc,macro_f1} after post-hoc logit adjustment (logits minus
-tau * log of the training split's class prior; for long-tailed data)."""
+tau * log of the training split's class prior; for long-tailed data).
+The run is rebuilt from a closed set of classes (ours, torchvision's transforms and model
+builders), never by calling what its files name; EXPERIMENTS_TRUSTED_MODULES=<pkg>[,<pkg>]
+admits the targets of a package of your own."""
 
 
 def evaluate(

@@ -36,7 +36,10 @@ image_dir), with the run's eval transform and checkpoint (default best). Writes
 file,predicted,probability (softmax of the predicted class; temperature-scaled once
 experiments.calibrate ran) to <run>/predictions.csv
 or output. Other key=value arguments override keys of the run's config, e.g.
-data.batch_size=256."""
+data.batch_size=256.
+The run is rebuilt from a closed set of classes (ours, torchvision's transforms and model
+builders), never by calling what its files name; EXPERIMENTS_TRUSTED_MODULES=<pkg>[,<pkg>]
+admits the targets of a package of your own."""
 
 
 def predict(
