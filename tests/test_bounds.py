@@ -37,6 +37,10 @@ OUT_OF_RANGE = [
     ("seed=4294967296", "int >= 0 and <= 4294967295 or null"),
     ("+data.folds=1", "int >= 2 or null"),
     ("+data.fold=-1", "int >= 0"),
+    ("model.net.dropout=1.5", "float >= 0 and < 1"),
+    ("model=cnn model.net.channels=[0,4]", "each int >= 1"),
+    ("model=resnet9 model.net.widths=[8,8]", "a list of 4 values (each int >= 1)"),
+    ("model=resnet9 model.net.logit_scale=0", "float > 0"),
 ]
 IMAGE_SIZES = [
     ("[0,0]", "[0, 0]"),

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Annotated
 
 import torch
 from torch import nn
+
+from experiments.config.hints import Ge, Gt, Le, Length, Lt
 
 
 def conv_bn_relu(c_in: int, c_out: int, bn_momentum: float = 0.1) -> list[nn.Module]:
@@ -33,8 +36,8 @@ class MLP(nn.Sequential):
         self,
         in_shape: Sequence[int],
         num_classes: int,
-        hidden_sizes: Sequence[int] = (128, 64),
-        dropout: float = 0.0,
+        hidden_sizes: Sequence[Annotated[int, Ge(1)]] = (128, 64),
+        dropout: Annotated[float, Ge(0), Lt(1)] = 0.0,
     ) -> None:
         layers: list[nn.Module] = [nn.Flatten()]
         width = math.prod(in_shape)
@@ -76,13 +79,13 @@ class CNN(nn.Module):
         self,
         in_shape: Sequence[int],
         num_classes: int,
-        channels: Sequence[int] = (32, 64),
-        convs_per_block: int = 2,
-        min_pool_size: int = 8,
-        head_pool: int = 7,
-        hidden: int = 0,
-        dropout: float = 0.25,
-        bn_momentum: float = 0.5,
+        channels: Sequence[Annotated[int, Ge(1)]] = (32, 64),
+        convs_per_block: Annotated[int, Ge(1)] = 2,
+        min_pool_size: Annotated[int, Ge(1)] = 8,
+        head_pool: Annotated[int, Ge(1)] = 7,
+        hidden: Annotated[int, Ge(0)] = 0,
+        dropout: Annotated[float, Ge(0), Lt(1)] = 0.25,
+        bn_momentum: Annotated[float, Ge(0), Le(1)] = 0.5,
     ) -> None:
         super().__init__()
         c, h, w = in_shape
@@ -155,10 +158,10 @@ class ResNet9(nn.Module):
         self,
         in_shape: Sequence[int],
         num_classes: int,
-        widths: Sequence[int] = (64, 128, 256, 512),
-        residual_stages: Sequence[int] = (1, 3),
-        logit_scale: float = 0.125,
-        large_input: int = 64,
+        widths: Annotated[Sequence[Annotated[int, Ge(1)]], Length(4)] = (64, 128, 256, 512),
+        residual_stages: Sequence[Annotated[int, Ge(1), Le(3)]] = (1, 3),
+        logit_scale: Annotated[float, Gt(0)] = 0.125,
+        large_input: Annotated[int, Ge(1)] = 64,
     ) -> None:
         super().__init__()
         c, h, w = in_shape
