@@ -93,11 +93,12 @@ def check_override(entry: str, where: str) -> str:
         UserError: ``<where>: <why> (refused before anything runs); <way out>``.
     """
 
-    def refuse(why: str) -> UserError:
-        return UserError(
-            f"{where}: {why} (refused before anything runs); a saved overrides file holds "
-            f"only the run's own key=value overrides: restore it, or start a new run"
+    def refuse(why: str, way_out: str = "") -> UserError:
+        way_out = way_out or (
+            "a saved overrides file holds only the run's own key=value overrides: restore "
+            "it, or start a new run"
         )
+        return UserError(f"{where}: {why} (refused before anything runs); {way_out}")
 
     if any(is_control(c) for c in entry):
         raise refuse("it holds a control character")
@@ -189,14 +190,15 @@ def _check_value(value: Any, key: str, refuse) -> None:
 
 
 def _check_target(key: str, value: Any, refuse) -> None:
-    from experiments.config.allowlist import is_trusted
+    from experiments.config.allowlist import TRUSTED_ENV, is_trusted
 
     values = value if isinstance(value, list) else [value]
     for target in values:
         if not isinstance(target, str) or not (target in _conf_targets() or is_trusted(target)):
+            package = str(target).rsplit(".", 1)[0] if isinstance(target, str) else "<package>"
             raise refuse(
-                f"{key}={_shown(str(target))} is not a target the repo's conf/ builds (nor one "
-                f"of a package EXPERIMENTS_TRUSTED_MODULES names)"
+                f"{key}={_shown(str(target))} is not a target the repo's conf/ builds",
+                f"if it is your own code, trust its package: {TRUSTED_ENV}={package}",
             )
 
 
