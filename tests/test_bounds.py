@@ -38,7 +38,7 @@ OUT_OF_RANGE = [
     ("+data.folds=1", "int >= 2 or null"),
     ("+data.fold=-1", "int >= 0"),
     ("model.net.dropout=1.5", "float >= 0 and < 1"),
-    ("model=cnn model.net.channels=[0,4]", "each int >= 1"),
+    ("model=cnn model.net.channels=[0,4]", "a list of int >= 1"),
     ("model=resnet9 model.net.widths=[8,8]", "a list of 4 values (each int >= 1)"),
     ("model=resnet9 model.net.logit_scale=0", "float > 0"),
 ]
