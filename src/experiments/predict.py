@@ -194,11 +194,9 @@ def _to_tensor():
 def _load(path: Path, mode: str, size: tuple[int, int], transform, in_shape: list[int]):
     from PIL import Image
 
-    try:
-        with Image.open(path) as im:
-            image = im.convert(mode)
-    except (OSError, ValueError) as err:
-        raise UserError(f"cannot read image {path}: {err}") from None
+    from experiments.data.images import decode
+
+    image = decode(path, mode)  # the dataset's own reader: bomb limit, 16-bit scaled, one line
     if image.size != size[::-1]:  # PIL sizes are (W, H)
         image = image.resize(size[::-1], Image.BILINEAR)  # as CsvImageDataset resizes
     x = transform(image)
