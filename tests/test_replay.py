@@ -278,3 +278,15 @@ def test_saved_overrides_are_replayed_or_refused_by_what_they_could_do(tmp_path)
         message = str(info.value)
         assert message.startswith(f"{path}: entry 2 ") and named in message, message
         assert "\n" not in message
+
+
+def test_resume_continues_in_its_own_folder_whatever_the_saved_output_dir(finished, tmp_path):
+    run = _copy(finished, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    saved = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
+    _set_overrides(run, [*saved, f"paths.output_dir={elsewhere}"])
+    res = run_cli("-m", "experiments.train", f"resume={run}", "trainer.max_epochs=2",
+                  cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 2
+    assert not elsewhere.exists()

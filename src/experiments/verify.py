@@ -35,7 +35,9 @@ metrics.json values and the tensors of checkpoints/best.pt and last.pt; with ste
 the first N training steps, by the losses logged at those steps (csv/metrics.csv). On the
 machine env.json names they must be equal bit for bit; on another, within a relative
 tolerance of 1e-5 (printed). Exit 0 when they match, 1 when they differ (each difference
-printed), 2 on a run folder that cannot be verified."""
+printed), 2 on a run folder that cannot be verified. The run's files are read as data:
+an overrides entry that could run code or write elsewhere (a hydra key, a flag, a target
+outside conf/) or a corrupt file is one line, exit 2, before anything is trained."""
 
 VOLATILE = ("wall_time_s", "run_dir", "seed", "epochs", "global_step")  # not results
 TOLERANCE = 1e-5  # relative, when another machine runs it

@@ -108,7 +108,8 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
     if process_rank() == 0:  # the other ranks of a DDP run share rank 0's lock
         check_free(run.path)  # before Hydra rewrites .hydra/ in a folder another trains in
     drop = ("resume=", "hydra.run.dir=")
-    kept = [o for o in before if not o.lstrip("+").startswith(drop)]
+    # where the run went is its own folder now, whatever the first command said
+    kept = [o for o in before if not o.lstrip("+").startswith((*drop, "paths.output_dir="))]
     mine = [o for o in overrides if not o.startswith(drop) and o not in kept]
     for override in mine:
         key = override.lstrip("+~").split("=")[0]
