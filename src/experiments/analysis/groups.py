@@ -1,4 +1,4 @@
-"""Runs grouped by config, with statistics per group, sorted best first."""
+"""Runs grouped by config, with statistics per group, sorted best first, and the verdict."""
 
 from __future__ import annotations
 
@@ -7,13 +7,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.runs import Run, find_runs, identity, is_number, read_run, skipped_line
-from experiments.analysis.stats import Stats, summarize
-from experiments.analysis.verdict import Verdict, verdict
+from experiments.analysis.runs import (
+    Run,
+    Value,
+    find_runs,
+    identity,
+    read_run,
+    select,
+    skipped_line,
+)
+from experiments.analysis.stats import Stats, metric_bounds, summarize
+from experiments.analysis.verdict import Verdict, decide
 from experiments.errors import UserError
-from experiments.tracking.sweep_summary import best_first
 
-STANDARD_METRICS = ("test/acc", "val/acc", "test/macro_f1", "test/balanced_acc", "wall_time_s")
+STANDARD_METRICS = ("test/acc", "test/balanced_acc", "test/macro_f1", "val/acc", "wall_time_s")
+# a metric whose name holds one of these is better lower (when no mode= and no run says)
+LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "nll", "ece", "time", "perplexity")
 
 
 @dataclass
@@ -22,6 +31,7 @@ class Group:
     config: dict[str, Any]
     runs: list[Run]
     stats: dict[str, Stats] = field(default_factory=dict)
+    values: dict[str, list[Value]] = field(default_factory=dict)  # per metric, per run
 
     @property
     def seeds(self) -> list[Any]:
@@ -30,7 +40,8 @@ class Group:
 
 @dataclass
 class Comparison:
-    """What ``compare`` found: groups best first, the keys that tell them apart, and skips."""
+    """What ``compare`` found: groups best first, the keys that tell them apart, the
+    verdict on whether the first is best, and the skipped runs."""
 
     metric: str
     mode: str
@@ -39,55 +50,83 @@ class Comparison:
     keys: list[str]  # dotted config keys whose values differ between groups
     skipped: list[tuple[Path, str]]
     ignore: tuple[str, ...] = ()  # the keys of ignore=, left out of the grouping
+    chosen_by: str = ""  # where metric and mode came from, for the report
+    verdict: Verdict | None = None  # None with one group: nothing to compare
 
     @property
-    def best(self) -> Group:
+    def best(self) -> Group | None:
+        """The group that beats every other at 95%; None for a tie or one group."""
+        if self.verdict is None or self.verdict.winner is None:
+            return None
         return self.groups[0]
 
+    @property
+    def tied(self) -> list[str]:
+        """The groups the verdict cannot tell apart from the first (with it); [] when there
+        is a winner or one group."""
+        return list(self.verdict.tied) if self.verdict is not None else []
+
     def seed_verdict(self) -> Verdict | None:
-        """Whether the best group beats the runner-up at 95% given the seeds run."""
-        if len(self.groups) < 2:
-            return None
-        a, b = self.groups[0], self.groups[1]
-        return verdict(a.name, b.name, a.stats[self.metric], b.stats[self.metric],
-                       self.metric, self.mode)  # fmt: skip
+        return self.verdict
 
 
 def compare(
-    paths: Sequence[str], metric: str = "test/acc", mode: str = "max", ignore: Iterable[str] = ()
+    paths: Sequence[str],
+    metric: str | None = None,
+    mode: str | None = None,
+    ignore: Iterable[str] = (),
 ) -> Comparison:
     """Find the runs under ``paths``, group them by config and summarize each group.
 
+    Args:
+        paths: run folders, folders above runs, glob patterns.
+        metric: the metric to rank by; None: the runs' own ``optimized_metric`` (their
+            saved config's), at each run's selected epoch.
+        mode: ``max`` or ``min``; None: the runs' ``optimized_mode`` for their optimized
+            metric, else from the metric's name (accuracy-like: max, a loss: min).
+        ignore: more dotted config keys to leave out of the grouping.
+
     Raises:
-        UserError: a bad ``mode``, a path that does not exist, or no run to compare
-            (the message names the paths and the skipped runs with their reasons).
+        UserError: a bad ``mode``, a path that does not exist, runs that optimize different
+            metrics (with no ``metric=``), or no run to compare (the message names the paths
+            and the skipped runs with their reasons).
     """
-    if mode not in ("max", "min"):
+    if mode not in (None, "max", "min"):
         raise UserError(f"mode={mode}: must be max or min")
-    if not metric:
+    if metric is not None and not metric:
         raise UserError("metric= is empty: give a key of metrics.json, e.g. metric=val/acc")
     if not paths:
         raise UserError("give at least one run folder, sweep folder or glob pattern (see --help)")
     ignore = tuple(ignore)
     runs: list[Run] = []
     skipped: list[tuple[Path, str]] = []
-    cache: dict[bytes, dict[str, Any]] = {}
+    cache: dict[str, Any] = {}
     for path in find_runs(paths):
-        result = read_run(path, metric, ignore, cache)
+        result = read_run(path, None, ignore, cache)
         if isinstance(result, Run):
             runs.append(result)
         else:
             skipped.append((path, result))
+    where = ", ".join(paths)
     if not runs:
-        where = ", ".join(paths)
         if skipped:
             raise UserError(f"no run to compare under {where}: {skipped_line(skipped)}")
         raise UserError(
             f"no runs found under {where} (a run folder holds metrics.json and .hydra/config.yaml)"
         )
+    metric, mode, chosen_by = _metric_and_mode(runs, metric, mode)
+    kept = []
+    for run in runs:
+        value = select(run, metric)
+        if isinstance(value, str):
+            skipped.append((run.path, value))
+        else:
+            kept.append(run)
+    if not kept:
+        raise UserError(f"no run to compare under {where}: {skipped_line(skipped)}")
 
     by_config: dict[frozenset, Group] = {}
-    for run in runs:
+    for run in kept:
         key = frozenset((k, identity(v)) for k, v in run.config.items())
         group = by_config.get(key)
         if group is None:
@@ -95,18 +134,67 @@ def compare(
         group.runs.append(run)
     groups = list(by_config.values())
 
-    metrics = [metric] + [
-        m
-        for m in STANDARD_METRICS
-        if m != metric and all(is_number(r.metrics.get(m)) for r in runs)
-    ]
+    metrics = [metric]
+    for m in STANDARD_METRICS:
+        if m != metric and all(not isinstance(select(r, m), str) for r in kept):
+            metrics.append(m)
     for group in groups:
-        group.stats = {m: summarize([float(r.metrics[m]) for r in group.runs]) for m in metrics}
-    groups.sort(key=lambda g: best_first(metric, mode)({metric: g.stats[metric].mean}))
+        for m in metrics:
+            group.values[m] = [select(r, m) for r in group.runs]  # type: ignore[misc]
+            group.stats[m] = summarize([v.value for v in group.values[m]], metric_bounds(m))
+    sign = 1 if mode == "max" else -1
+    groups.sort(key=lambda g: -sign * g.stats[metric].mean)  # stable: equal means keep order
     for i, group in enumerate(groups, 1):
         group.name = f"g{i}"
-    keys = _differing_keys(groups)
-    return Comparison(metric, mode, metrics, groups, keys, skipped, ignore)
+    found = Comparison(metric, mode, metrics, groups, _differing_keys(groups), skipped, ignore)
+    found.chosen_by = chosen_by
+    if len(groups) > 1:
+        found.verdict = decide(
+            [g.name for g in groups],
+            [[v.value for v in g.values[metric]] for g in groups],
+            [[r.replicate for r in g.runs] for g in groups],
+            mode,
+            metric,
+        )
+    return found
+
+
+def _metric_and_mode(runs: list[Run], metric: str | None, mode: str | None) -> tuple[str, str, str]:
+    """The metric and mode to rank by, and a few words on where they came from."""
+    chosen_by = "metric= given"
+    if metric is None:
+        named: dict[str, int] = {}
+        for run in runs:
+            if run.optimized[0]:
+                named[run.optimized[0]] = named.get(run.optimized[0], 0) + 1
+        if not named:
+            raise UserError(
+                "the runs' saved configs name no optimized_metric: give metric=<a key of "
+                "metrics.json>, e.g. metric=val/acc"
+            )
+        if len(named) > 1 or sum(named.values()) < len(runs):
+            counts = ", ".join(f"{m}: {n} runs" for m, n in named.items())
+            missing = len(runs) - sum(named.values())
+            counts += f", none: {missing} runs" if missing else ""
+            raise UserError(
+                f"the runs optimize different metrics ({counts}): give metric= (and mode=) "
+                f"to rank them on one, or compare them separately"
+            )
+        (metric,) = named
+        chosen_by = "the runs' optimized_metric"
+    if mode is None:
+        modes = {r.optimized[1] for r in runs if r.optimized[0] == metric}
+        if len(modes) == 1 and modes <= {"max", "min"}:
+            (mode,) = modes
+            return metric, mode, chosen_by + ", their optimized_mode"
+        if metric_bounds(metric) is not None and not metric.endswith("ece"):
+            return metric, "max", chosen_by + ", mode max (a fraction: higher is better)"
+        if any(word in metric.lower() for word in LOWER_IS_BETTER):
+            return metric, "min", chosen_by + ", mode min (by its name: lower is better)"
+        raise UserError(
+            f"mode= is needed for metric={metric}: mode=max (higher is better) or mode=min"
+        )
+    return metric, mode, chosen_by + ", mode= given"
 
 
 def _differing_keys(groups: list[Group]) -> list[str]:

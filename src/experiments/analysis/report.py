@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.groups import Comparison, Group
-from experiments.analysis.runs import show_path
+from experiments.analysis.runs import Value, read_curve, show_path
 from experiments.errors import UserError
-from experiments.runs.files import atomic_write, read_text
+from experiments.runs.files import atomic_write
 from experiments.tracking.sweep_summary import table_cell as cell
 
 CURVE_METRIC = "val/acc"
@@ -36,8 +36,37 @@ def _config_cell(group: Group, key: str) -> str:
     return value_text(group.config[key]) if key in group.config else "(absent)"
 
 
+def marker(comparison: Comparison, group: Group) -> str:
+    """``best`` for a winner at 95%, ``tie`` for a group tied at the top, else ``""``."""
+    if group is comparison.best:
+        return "best"
+    return "tie" if group.name in comparison.tied else ""
+
+
+def epochs_text(values: list[Value]) -> str:
+    """Which epoch each run's value is from: ``best 3, 2, 3`` (each run's selected epoch),
+    ``last 5, 5`` (last epochs), mixed runs each labelled."""
+    sources = {v.source for v in values}
+    if sources == {""}:
+        return ""
+    if len(sources) == 1:
+        (source,) = sources
+        epochs = [str(v.epoch) if v.epoch is not None else "?" for v in values]
+        return f"{source} {', '.join(epochs)}"
+    return ", ".join(v.label or "-" for v in values)
+
+
+def _where(values: list[Value]) -> str:
+    """A cell's suffix when a value is not of the selected epoch: `` (last)``."""
+    sources = {v.source for v in values}
+    if "last" not in sources:
+        return ""
+    return " (last)" if sources == {"last"} else " (some last)"
+
+
 def markdown(comparison: Comparison, runs_section: bool = True) -> str:
-    """``compare.md``: heading, the table (one row per group), notes, skips, runs per group."""
+    """``compare.md``: heading, the table (one row per group), the verdict, notes, skips,
+    runs per group."""
     c = comparison
     n_runs = sum(len(g.runs) for g in c.groups)
     better = "higher" if c.mode == "max" else "lower"
@@ -49,29 +78,34 @@ def markdown(comparison: Comparison, runs_section: bool = True) -> str:
         f"# Compare: {c.metric} ({better} is better)",
         "",
         f"{n_runs} runs in {len(c.groups)} group{'s' if len(c.groups) != 1 else ''}; "
-        f"{differ}. Grouped by the saved config without seed, paths, hydra, task_name, "
-        f"tags, resume{''.join(f', {k}' for k in c.ignore)} and per-run output locations.",
+        f"{differ}. Grouped by the saved config without replicate keys (seed, *.seed, "
+        f"*_seed), paths, hydra, task_name, tags, resume{''.join(f', {k}' for k in c.ignore)} "
+        f"and per-run output locations. Ranked by {c.metric} ({c.chosen_by}) at each run's "
+        f"selected epoch.",
         "",
     ]
     head = ["group", *c.keys, "n"]
     for m in c.metrics:
         head.append(f"{m} mean ± std")
         if m == c.metric:
-            head.append(f"{m} 95% CI")
+            head += [f"{m} 95% CI", "epoch"]
     lines += ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)]
     for group in c.groups:
-        cells = [f"{group.name} (best)" if group is c.best else group.name]
+        mark = marker(c, group)
+        cells = [f"{group.name} ({mark})" if mark else group.name]
         cells += [cell(_config_cell(group, k)) for k in c.keys]
         cells.append(str(len(group.runs)))
         for m in c.metrics:
             s = group.stats[m]
-            cells.append(cell(s.mean) if s.std is None else f"{cell(s.mean)} ± {cell(s.std)}")
+            text = cell(s.mean) if s.std is None else f"{cell(s.mean)} ± {cell(s.std)}"
+            cells.append(text + _where(group.values[m]))
             if m == c.metric:
                 cells.append("—" if s.ci_low is None else f"[{cell(s.ci_low)}, {cell(s.ci_high)}]")
+                cells.append(cell(epochs_text(group.values[m])) or "—")
         lines.append("| " + " | ".join(cells) + " |")
-    seed_verdict = c.seed_verdict()
-    if seed_verdict is not None:
-        lines += ["", seed_verdict.text[0].upper() + seed_verdict.text[1:] + "."]
+    lines += ["", _epochs_line(c)]
+    if c.verdict is not None:
+        lines += ["", c.verdict.text[0].upper() + c.verdict.text[1:] + "."]
     notes = _notes(c)
     if notes:
         lines += [""] + [f"Note: {n}" for n in notes]
@@ -88,16 +122,28 @@ def markdown(comparison: Comparison, runs_section: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _epochs_line(c: Comparison) -> str:
+    interval = (
+        "the t interval kept inside [0, 1], the metric's range"
+        if c.groups[0].stats[c.metric].bounds
+        else "Student's t"
+    )
+    return (
+        f"Epochs: `best N` is each run's selected epoch, the one best.pt keeps (best.json); "
+        f"test metrics are of best.pt's weights; `last N` and (last) mark a last-epoch value "
+        f"(a run that kept no best.pt). 95% CI of the mean over seeds: {interval}. Test "
+        f"metrics are shown, never used to rank."
+    )
+
+
 def _notes(c: Comparison) -> list[str]:
     notes = []
-    if len(c.groups) > 1:
-        a, b = c.groups[0].stats[c.metric], c.groups[1].stats[c.metric]
-        if a.ci_low is not None and b.ci_low is not None:
-            if a.ci_low <= b.ci_high and b.ci_low <= a.ci_high:
-                notes.append(
-                    f"the 95% CIs of {c.groups[0].name} and {c.groups[1].name} overlap: "
-                    f"the difference may be seed noise."
-                )
+    if c.metric.startswith("test/"):
+        notes.append(
+            f"ranked by {c.metric}, a test metric: choosing settings on the test set makes "
+            f"its numbers optimistic; rank by the validation metric (compare's default) and "
+            f"report test beside it."
+        )
     single = [g.name for g in c.groups if len(g.runs) == 1]
     if single:
         notes.append(f"{', '.join(single)}: one run only, no std or CI.")
@@ -112,42 +158,28 @@ def _notes(c: Comparison) -> list[str]:
 
 
 def csv_text(comparison: Comparison) -> str:
-    """``compare.csv``: one row per group, full precision, empty where n=1 has no std/CI."""
+    """``compare.csv``: one row per group, full precision, empty where n=1 has no std/CI;
+    ``verdict`` is ``best`` (a winner at 95%), ``tie`` (tied at the top) or empty."""
     c = comparison
-    head = ["group", "best", *c.keys, "n", "seeds"]
+    head = ["group", "verdict", *c.keys, "n", "seeds"]
     for m in c.metrics:
-        head += [f"{m} mean", f"{m} std", f"{m} ci95_low", f"{m} ci95_high"]
+        head += [f"{m} mean", f"{m} std", f"{m} ci95_low", f"{m} ci95_high", f"{m} epochs"]
     head.append("runs")
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(head)
     for group in c.groups:
-        row: list[Any] = [group.name, group is c.best]
+        row: list[Any] = [group.name, marker(c, group)]
         row += [_config_cell(group, k) for k in c.keys]
         row += [len(group.runs), " ".join(value_text(s) for s in group.seeds)]
         for m in c.metrics:
             s = group.stats[m]
             row += [repr(v) if v is not None else "" for v in (s.mean, s.std, s.ci_low, s.ci_high)]
+            labels = [v.label.replace(" ", ":") for v in group.values[m]]
+            row.append(" ".join(labels) if any(labels) else "")
         row.append(" ".join(str(r.path.resolve()) for r in group.runs))
         writer.writerow(row)
     return buf.getvalue()
-
-
-def read_curve(run_dir: Path, column: str = CURVE_METRIC) -> dict[int, float]:
-    """``{epoch: value}`` of ``column`` from ``<run>/csv/metrics.csv`` (the last row of an
-    epoch wins); ``{}`` when the file, the column or a value cannot be read."""
-    curve: dict[int, float] = {}
-    path = run_dir / "csv" / "metrics.csv"
-    try:  # a file handed to us: size-limited, UTF-8; an epoch of "inf" overflows int()
-        reader = csv.reader(io.StringIO(read_text(path), newline=""))
-        header = next(reader)
-        col, ep = header.index(column), header.index("epoch")
-        for row in reader:
-            if len(row) > max(col, ep) and row[col] and row[ep]:
-                curve[int(float(row[ep]))] = float(row[col])
-    except (UserError, ValueError, OverflowError, StopIteration, csv.Error):
-        return {}
-    return curve
 
 
 def plot_curves(comparison: Comparison, path: Path, column: str = CURVE_METRIC) -> int:
@@ -176,7 +208,8 @@ def plot_curves(comparison: Comparison, path: Path, column: str = CURVE_METRIC) 
     handles = []
     for i, group, epochs, mean, low, high in series:
         color = f"C{i % 10}"
-        label = group.name + (" (best)" if group is c.best else "")
+        mark = marker(c, group)
+        label = group.name + (f" ({mark})" if mark else "")
         if c.keys:
             label += ": " + ", ".join(f"{k}={_config_cell(group, k)}" for k in c.keys)
         label = label if len(label) <= 70 else label[:67] + "..."
@@ -184,7 +217,7 @@ def plot_curves(comparison: Comparison, path: Path, column: str = CURVE_METRIC) 
             epochs,
             mean,
             color=color,
-            lw=2.2 if group is c.best else 1.3,
+            lw=2.2 if mark else 1.3,
             marker="o" if len(epochs) <= 30 else None,
             ms=3,
             label=f"{label} (n={len(group.runs)})",
@@ -208,9 +241,12 @@ def plot_curves(comparison: Comparison, path: Path, column: str = CURVE_METRIC) 
     return n_curves
 
 
-def write_report(comparison: Comparison, out: str | Path, tex: bool = False) -> list[str]:
+def write_report(
+    comparison: Comparison, out: str | Path, tex: bool = False, confirmation: Any = None
+) -> list[str]:
     """Write compare.md, compare.csv and compare.png (and compare.tex with ``tex``) into
-    ``out``; return lines to print."""
+    ``out``; return lines to print. ``confirmation`` (``analysis.confirm.Confirmation``)
+    adds its section to compare.md."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"out={out} is a file, not a folder")
@@ -220,6 +256,8 @@ def write_report(comparison: Comparison, out: str | Path, tex: bool = False) -> 
         table_tex = latex(comparison)
         atomic_write(out / "compare.tex", lambda f: f.write(table_tex.encode()))
     md = markdown(comparison)
+    if confirmation is not None:
+        md += "\n" + confirmation.markdown(comparison)
     atomic_write(out / "compare.md", lambda f: f.write(md.encode()))
     table = csv_text(comparison)
     atomic_write(out / "compare.csv", lambda f: f.write(table.encode()))

@@ -1,24 +1,27 @@
-"""Finding run folders and reading them for comparison: metrics.json and the grouping
-config (the saved config minus seed and per-run locations; the rule is in
-``experiments.compare``'s docstring)."""
+"""Finding run folders and reading them for comparison: metrics.json, the grouping config
+(the saved config minus replicate keys such as seeds and per-run locations; the rule is in
+``experiments.compare``'s docstring), and each metric's value at the run's selected epoch."""
 
 from __future__ import annotations
 
+import csv
 import glob
+import io
 import json
 import math
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from experiments.config.dotted import dotted_leaves
 from experiments.errors import UserError, one_line
 from experiments.runs.files import parse_yaml, read_json, read_text
-from experiments.runs.layout import RunDir
+from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch
 from experiments.runs.sweep import JOB_FILE
+from experiments.tracking.importance import is_replicate
 
 IGNORED_SECTIONS = ("seed", "paths", "hydra", "task_name", "tags", "resume")
 
@@ -37,7 +40,6 @@ LOCATION_INTERPOLATIONS = ("${paths.", "${hydra:")
 
 
 GLOB_CHARS = frozenset("*?[")
-# two-sided 95%: t(0.975, df) for df = 1..30 (scipy.stats.t.ppf, rounded to 6 decimals)
 
 
 _SEED_LINE = re.compile(r"^seed:([^\n]*)\n?", re.M)  # the top-level seed key, as Hydra saves it
@@ -48,10 +50,102 @@ class Run:
     path: Path
     metrics: dict[str, Any]
     config: dict[str, Any]  # the grouping config: dotted key -> value as saved
+    # the keys that only replicate a run (seed, data.split_seed, ...): dotted key -> value
+    replicates: dict[str, Any] = field(default_factory=dict)
+    # the saved config's optimized_metric and optimized_mode (None where not a string)
+    optimized: tuple[str | None, str | None] = (None, None)
+    best: dict[str, Any] = field(default_factory=dict)  # checkpoints/best.json ({}: none)
+    _curves: dict[str, dict[int, float]] = field(default_factory=dict, repr=False)
 
     @property
     def seed(self) -> Any:
-        return self.metrics.get("seed")
+        return self.replicates.get("seed", self.metrics.get("seed"))
+
+    @property
+    def replicate(self) -> tuple:
+        """What tells this run apart from the other runs of its config: its replicate keys'
+        values (runs of two groups with the same one ran the same seeds: a pair)."""
+        return tuple(sorted((k, identity(v)) for k, v in self.replicates.items()))
+
+    @property
+    def selected_epoch(self) -> int | None:
+        """The 1-based epoch best.pt keeps (best.json's), None for a run without one."""
+        try:
+            return sidecar_epoch(self.best) if self.best else None
+        except (TypeError, ValueError, OverflowError):
+            return None
+
+    def curve(self, column: str) -> dict[int, float]:
+        if column not in self._curves:
+            self._curves[column] = read_curve(self.path, column)
+        return self._curves[column]
+
+
+@dataclass(frozen=True)
+class Value:
+    """A metric of a run and the epoch it is from: ``best`` (the selected epoch, the one
+    best.pt keeps; for test metrics: best.pt's weights), ``last`` (the last epoch), or
+    ``""`` for a number that is not per epoch (wall_time_s)."""
+
+    value: float
+    source: str
+    epoch: int | None
+
+    @property
+    def label(self) -> str:
+        if not self.source:
+            return ""
+        return self.source if self.epoch is None else f"{self.source} {self.epoch}"
+
+
+PER_EPOCH = ("val/", "test/", "train/")
+
+
+def select(run: Run, metric: str) -> Value | str:
+    """``metric`` of ``run`` at its selected epoch, or why it has none (one line).
+
+    A validation metric is best.json's value when best.pt was chosen by it, else the
+    ``csv/metrics.csv`` row of the selected epoch; test metrics are of best.pt's weights
+    (training tests them); without best.json (no checkpoints kept) the value in
+    metrics.json is the last epoch's, and labelled so.
+    """
+    value = run.metrics.get(metric)
+    epoch = run.selected_epoch
+    last = run.metrics.get("epochs") if is_number(run.metrics.get("epochs")) else None
+    last = int(last) if last is not None else None
+    if metric.startswith("val/") and epoch is not None:
+        if run.best.get("monitor") == metric and is_number(run.best.get("value")):
+            return Value(float(run.best["value"]), "best", epoch)
+        at = run.curve(metric).get(epoch - 1)  # Lightning's csv counts epochs from 0
+        if at is not None and math.isfinite(at):
+            return Value(at, "best", epoch)
+    if metric not in run.metrics:
+        return f"metrics.json has no {metric}"
+    if not is_number(value):
+        return f"{metric} is {_short(value)} in metrics.json, not a finite number"
+    if not metric.startswith(PER_EPOCH):
+        return Value(float(value), "", None)
+    if metric.startswith("test/") and epoch is not None:
+        return Value(float(value), "best", epoch)
+    return Value(float(value), "last", last)
+
+
+def read_curve(run_dir: Path, column: str = "val/acc") -> dict[int, float]:
+    """``{epoch: value}`` of ``column`` from ``<run>/csv/metrics.csv`` (the last row of an
+    epoch wins; Lightning's 0-based epochs); ``{}`` when the file, the column or a value
+    cannot be read."""
+    curve: dict[int, float] = {}
+    path = run_dir / "csv" / "metrics.csv"
+    try:  # a file handed to us: size-limited, UTF-8; an epoch of "inf" overflows int()
+        reader = csv.reader(io.StringIO(read_text(path), newline=""))
+        header = next(reader)
+        col, ep = header.index(column), header.index("epoch")
+        for row in reader:
+            if len(row) > max(col, ep) and row[col] and row[ep]:
+                curve[int(float(row[ep]))] = float(row[col])
+    except (UserError, ValueError, OverflowError, StopIteration, csv.Error):
+        return {}
+    return curve
 
 
 def group_config(
@@ -65,13 +159,14 @@ def group_config(
         ignore: more dotted keys to leave out (each with everything under it).
 
     Returns:
-        ``{"optimizer.lr": 0.01, ...}`` without the keys of the module's grouping rule.
+        ``{"optimizer.lr": 0.01, ...}`` without the keys of the module's grouping rule and
+        without replicate keys (``seed``, ``*.seed``, ``*_seed``: see ``replicates``).
     """
     dirs = tuple(d for d in run_dirs if len(d) > 1)
     ignored = set(IGNORED_SECTIONS) | {k.strip() for k in ignore if k.strip()}
 
     def skip(dotted: str, key: str, value: Any) -> bool:
-        if dotted in ignored or key.endswith(LOCATION_SUFFIXES):
+        if dotted in ignored or key.endswith(LOCATION_SUFFIXES) or is_replicate(dotted):
             return True
         return isinstance(value, str) and (
             any(i in value for i in LOCATION_INTERPOLATIONS)
@@ -79,6 +174,22 @@ def group_config(
         )
 
     return dict(dotted_leaves(config, skip))
+
+
+def replicates(config: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a saved config that only replicate a run (the one rule:
+    ``experiments.tracking.importance.is_replicate``), as ``{dotted key: value}``."""
+    found = {}
+
+    def skip(dotted: str, key: str, value: Any) -> bool:
+        if is_replicate(dotted) and not (isinstance(value, dict) and value):
+            found[dotted] = value
+            return True
+        return dotted in ("paths", "hydra")
+
+    for _ in dotted_leaves(config, skip):
+        pass
+    return found
 
 
 def _names_folder(value: str, folder: str) -> bool:
@@ -163,9 +274,10 @@ def _runs_under(path: Path) -> list[Path]:
 
 
 def read_run(
-    path: Path, metric: str, ignore: Iterable[str] = (), cache: dict | None = None
+    path: Path, metric: str | None = None, ignore: Iterable[str] = (), cache: dict | None = None
 ) -> Run | str:
-    """The run in ``path``, or the reason it cannot be compared (one line).
+    """The run in ``path``, or the reason it cannot be compared (one line). With ``metric``,
+    a run without a finite value of it (``select``) is such a reason too.
 
     Its files are data handed to us: they are read through ``experiments.runs.files`` (size
     limit, UTF-8, no YAML alias bombs), and whatever is wrong with one of them (corrupt,
@@ -191,17 +303,17 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _read_run(path: Path, metric: str, ignore: Iterable[str], cache: dict | None) -> Run | str:
+def _read_run(
+    path: Path, metric: str | None, ignore: Iterable[str], cache: dict | None
+) -> Run | str:
     run = RunDir(path)
     if not run.metrics.is_file():
         return _unfinished_reason(path)
     metrics = read_json(run.metrics)
     if not isinstance(metrics, dict):
         return "metrics.json does not hold a JSON object"
-    if metric not in metrics:
+    if metric is not None and metric not in metrics and not metric.startswith("val/"):
         return f"metrics.json has no {metric}"
-    if not is_number(metrics[metric]):
-        return f"{metric} is {_short(metrics[metric])} in metrics.json, not a finite number"
     if not run.saved_config.is_file():
         return "no .hydra/config.yaml"
     raw = read_text(run.saved_config)
@@ -211,20 +323,32 @@ def _read_run(path: Path, metric: str, ignore: Iterable[str], cache: dict | None
     dirs = [str(path), str(path.resolve())]
     if isinstance(metrics.get("run_dir"), str):
         dirs.append(metrics["run_dir"])
+    best = read_sidecar(run.best_json) if run.best_json.exists() else {}  # corrupt: a reason
     key = None
     if cache is not None and not any(d in raw for d in dirs):
         key = raw[: seed_line.start()] + raw[seed_line.end() :] if seed_line else raw
-        if key in cache:
-            return Run(path, metrics, cache[key])
-    config = parse_yaml(raw, str(run.saved_config))
-    if not isinstance(config, dict):
-        return ".hydra/config.yaml does not hold a mapping of config keys"
-    flat = group_config(config, dirs, ignore)
-    for value in flat.values():
-        identity(value)  # a value that cannot be told apart from others is this run's reason
-    if key is not None:
-        cache[key] = flat
-    return Run(path, metrics, flat)
+    if key is not None and key in cache:
+        flat, others, optimized = cache[key]
+    else:
+        config = parse_yaml(raw, str(run.saved_config))
+        if not isinstance(config, dict):
+            return ".hydra/config.yaml does not hold a mapping of config keys"
+        flat = group_config(config, dirs, ignore)
+        for value in flat.values():
+            identity(value)  # a value that cannot be told apart from others: this run's reason
+        others = {k: v for k, v in replicates(config).items() if k != "seed"}
+        optimized = tuple(
+            v if isinstance(v, str) else None
+            for v in (config.get("optimized_metric"), config.get("optimized_mode"))
+        )
+        if key is not None:
+            cache[key] = flat, others, optimized
+    found = Run(path, metrics, flat, {"seed": metrics.get("seed"), **others}, optimized, best)
+    if metric is not None:
+        value = select(found, metric)
+        if isinstance(value, str):
+            return value
+    return found
 
 
 def _without_folder(reason: str, path: Path) -> str:

@@ -1,0 +1,217 @@
+"""``compare confirm_top_k=K``: the top K configs trained again on fresh seeds, to see
+whether the winner keeps its rank.
+
+A winner picked as the best of many configs on the seeds that picked it is flattered by
+that choice (the winner's curse); seeds it never ran are an independent check. Each config
+is re-run the way its runs were made: the first run's saved overrides
+(``.hydra/overrides.yaml``), read and checked entry by entry by
+``experiments.config.replay.read_overrides`` (a hostile entry is refused in one line before
+anything runs), with ``seed=`` replaced by the fresh seeds, through
+``python -m experiments.train -m``: one sweep per config over its fresh seeds, into
+``<folder>/<group>/<job>``. ``hparams_search=`` is left out (it would start a search, not
+replay a job); the fresh runs' configs are checked against the originals', and a key that
+differs is reported. The fresh runs are then read like any other (their selected epoch)
+and ranked with the same statistics.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from experiments.analysis.groups import Comparison, Group
+from experiments.analysis.runs import Run, Value, identity, read_run, select, show_path
+from experiments.analysis.stats import Stats, metric_bounds, summarize
+from experiments.analysis.verdict import Verdict, decide
+from experiments.errors import UserError
+from experiments.runs.layout import RunDir
+from experiments.tracking.sweep_summary import table_cell as cell
+
+# overrides confirm leaves out: the seed it replaces (other replicate keys are kept as run),
+# and an Optuna search, which under -m would search instead of re-running one config
+REPLACED = ("seed", "hparams_search")
+
+
+@dataclass
+class Fresh:
+    """One re-run config: the original group and its runs on the fresh seeds."""
+
+    group: Group
+    runs: list[Run] = field(default_factory=list)
+    values: list[Value] = field(default_factory=list)
+    stats: Stats | None = None
+    differs: list[str] = field(default_factory=list)  # config keys unlike the original's
+
+
+@dataclass
+class Confirmation:
+    folder: Path
+    seeds: list[int]
+    fresh: list[Fresh]  # in the original order (best first)
+    order: list[str]  # the original names, by their mean on the fresh seeds, best first
+    verdict: Verdict | None
+    kept: bool  # the original first group is first again
+
+    def markdown(self, comparison: Comparison) -> str:
+        c = comparison
+        seeds = ", ".join(map(str, self.seeds))
+        lines = [
+            "## Confirmation on fresh seeds",
+            "",
+            f"The top {len(self.fresh)} configs trained again with seed={seeds} (seeds no "
+            f"compared run used), each from its first run's saved overrides, into "
+            f"`{show_path(self.folder)}`.",
+            "",
+            f"| group | n | {c.metric} mean ± std | {c.metric} 95% CI | epoch | rank before "
+            f"| rank on fresh seeds |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        from experiments.analysis.report import epochs_text
+
+        for rank, fresh in enumerate(self.fresh, 1):
+            s = fresh.stats
+            assert s is not None
+            ci = "—" if s.ci_low is None else f"[{cell(s.ci_low)}, {cell(s.ci_high)}]"
+            std = "" if s.std is None else f" ± {cell(s.std)}"
+            now = self.order.index(fresh.group.name) + 1
+            lines.append(
+                f"| {fresh.group.name} | {s.n} | {cell(s.mean)}{std} | {ci} | "
+                f"{cell(epochs_text(fresh.values))} | {rank} | {now} |"
+            )
+        first = self.fresh[0].group.name
+        if c.best is not None:
+            outcome = (
+                f"{first}, the winner above, keeps its rank on fresh seeds."
+                if self.kept
+                else f"{first}, the winner above, does not keep its rank: {self.order[0]} "
+                f"ranks first on fresh seeds."
+            )
+        else:
+            outcome = (
+                f"There was no winner above to confirm (a tie at the top); on fresh seeds "
+                f"{first}, first above by its mean, "
+                + ("ranks first again." if self.kept else f"ranks {self.order.index(first) + 1}.")
+            )
+        lines += ["", "Confirmation: " + outcome]
+        if self.verdict is not None:
+            lines += ["", "On fresh seeds, " + self.verdict.text + "."]
+        for fresh in self.fresh:
+            if fresh.differs:
+                lines.append(
+                    f"\nNote: {fresh.group.name}'s re-run config differs from its runs' in "
+                    f"{', '.join(fresh.differs)} (the code or conf/ changed since?)."
+                )
+        return "\n".join(lines) + "\n"
+
+
+def new_folder(base: Path) -> Path:
+    """``<base>-confirm`` next to ``base``, or ``-confirm-2``, ... : never an existing one."""
+    folder = base.parent / f"{base.name}-confirm"
+    n = 2
+    while folder.exists():
+        folder = base.parent / f"{base.name}-confirm-{n}"
+        n += 1
+    return folder
+
+
+def fresh_seeds(comparison: Comparison, count: int) -> list[int]:
+    """``count`` whole seeds no compared run used: after the largest whole seed used."""
+    used = [s for g in comparison.groups for s in g.seeds if type(s) is int]
+    start = max(used) + 1 if used else 0
+    return list(range(start, start + count))
+
+
+def _key(entry: str) -> str:
+    return entry.partition("=")[0].lstrip("+~")
+
+
+def confirm(
+    comparison: Comparison,
+    top_k: int,
+    n_seeds: int,
+    folder: Path,
+    say: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> Confirmation:
+    """Re-run the top ``top_k`` groups of ``comparison`` with ``n_seeds`` fresh seeds each.
+
+    Raises:
+        UserError: ``top_k`` below 2 or above the number of groups, ``n_seeds`` below 2, a
+            run without saved overrides, a refused saved override (before anything runs),
+            a re-run that fails (its last line and folder).
+    """
+    groups = comparison.groups
+    if not 2 <= top_k <= len(groups):
+        raise UserError(
+            f"confirm_top_k={top_k}: give a number from 2 to {len(groups)} (the groups "
+            f"compared): the winner's rank needs another config beside it"
+        )
+    if n_seeds < 2:
+        raise UserError(f"confirm_seeds={n_seeds}: give 2 or more (a spread needs two seeds)")
+    from experiments.config.replay import read_overrides
+
+    plans = []
+    for group in groups[:top_k]:
+        layout = RunDir(group.runs[0].path)
+        if not layout.saved_overrides.is_file():
+            raise UserError(
+                f"{layout.saved_overrides}: missing; confirm_top_k re-runs a config from its "
+                f"saved overrides, which python -m experiments.train writes"
+            )
+        kept = [o for o in read_overrides(layout.saved_overrides) if _key(o) not in REPLACED]
+        plans.append((group, kept))
+    seeds = fresh_seeds(comparison, n_seeds)
+    folder.mkdir(parents=True, exist_ok=False)
+    fresh = []
+    listed = ",".join(map(str, seeds))
+    for group, overrides in plans:
+        item = Fresh(group)
+        target = folder / group.name
+        say(f"confirm: training {group.name} with seed={listed} into {show_path(target)}")
+        cmd = [sys.executable, "-m", "experiments.train", "-m", *overrides, f"seed={listed}",
+               f"hydra.sweep.dir={target}"]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        for job in sorted((p for p in target.glob("*") if p.is_dir()), key=lambda p: p.name):
+            run = read_run(job, comparison.metric, comparison.ignore)
+            if isinstance(run, str):
+                raise UserError(f"confirm: the re-run in {job} cannot be compared: {run}")
+            item.runs.append(run)
+            item.values.append(select(run, comparison.metric))  # type: ignore[arg-type]
+        if done.returncode or len(item.runs) != len(seeds):
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["?"]
+            raise UserError(
+                f"confirm: re-running {group.name} failed (exit {done.returncode}, "
+                f"{len(item.runs)} of {len(seeds)} runs finished): {tail[0][:300]}; its "
+                f"folder: {target}"
+            )
+        item.stats = summarize([v.value for v in item.values], metric_bounds(comparison.metric))
+        item.differs = _differs(group, item.runs)
+        fresh.append(item)
+    sign = 1 if comparison.mode == "max" else -1
+    ranked = sorted(fresh, key=lambda f: -sign * f.stats.mean)  # type: ignore[union-attr]
+    verdict = decide(
+        [f.group.name for f in ranked],
+        [[v.value for v in f.values] for f in ranked],
+        [[r.replicate for r in f.runs] for f in ranked],
+        comparison.mode,
+        comparison.metric,
+    )
+    order = [f.group.name for f in ranked]
+    return Confirmation(folder, seeds, fresh, order, verdict, order[0] == groups[0].name)
+
+
+def _differs(group: Group, runs: list[Run]) -> list[str]:
+    keys = set(group.config)
+    for run in runs:
+        keys |= set(run.config)
+    return sorted(
+        k
+        for k in keys
+        if any(
+            (k in run.config) != (k in group.config)
+            or (k in run.config and identity(run.config[k]) != identity(group.config[k]))
+            for run in runs
+        )
+    )
