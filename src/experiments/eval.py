@@ -16,11 +16,18 @@ from pathlib import Path
 from experiments.config.saved import parse_args
 from experiments.console import run_main
 from experiments.errors import UserError
-from experiments.model_card import calibration_temperature, write_model_card
+from experiments.model_card import (
+    applied_temperature,
+    checkpoint_label,
+    checkpoint_name,
+    write_model_card,
+)
 from experiments.runs.layout import RunDir, sidecar_epoch
 from experiments.saved_run import SavedRun
 
 log = logging.getLogger(__name__)
+
+MAX_KEPT = 20  # checkpoints whose evaluation eval_metrics.json keeps (best, last, a few files)
 
 USAGE = """\
 usage: python -m experiments.eval run_dir=<run folder> [ckpt=best|last|<file.pt>]
@@ -79,7 +86,9 @@ def evaluate(
     logits, labels = run.logits("test")
     probs = {"as trained": logits.softmax(dim=1)}
     metrics["test/ece"] = expected_calibration_error(probs["as trained"], labels)
-    temperature = calibration_temperature(run.layout)
+    temperature, note = applied_temperature(run.layout, run.ckpt)
+    if note is not None:
+        log.info("%s", note)
     if temperature is not None:
         probs[f"T={temperature:.2f}"] = (logits / temperature).softmax(dim=1)
         metrics["test/ece_calibrated"] = expected_calibration_error(
@@ -90,18 +99,39 @@ def evaluate(
         metrics.update(_posthoc(run, logits, labels, posthoc_tau))
 
     sidecar = run.sidecar
+    name = checkpoint_name(run.layout, run.ckpt)
     summary = {
         **metrics,
         "ckpt": str(run.ckpt.resolve()),
+        "ckpt_name": name,
         "ckpt_epoch": sidecar_epoch(sidecar) if "epoch" in sidecar else None,
+        "samples": {"test": int(labels.numel())},
         "run_dir": str(run.path.resolve()),
         "overrides": list(overrides),
         "wall_time_s": round(time.perf_counter() - start, 3),
     }
+    log.info(
+        "tested %s on the test split (n=%d)",
+        checkpoint_label(name, summary["ckpt_epoch"]),
+        labels.numel(),
+    )
+    # the newest evaluation at the top (as before), and every checkpoint's latest one kept
+    # under "evaluations", so the card shows best.pt and last.pt apart, each labelled
+    summary["evaluations"] = {**_earlier(run.layout), name: dict(summary)}
     write_json(run.layout.eval_metrics, summary)
     _compare_with_training(run.layout, run.ckpt, metrics)
     write_model_card(run.path)
     return metrics
+
+
+def _earlier(layout: RunDir) -> dict[str, dict]:
+    """The latest evaluation of each other checkpoint, from ``eval_metrics.json``."""
+    from experiments.runs.files import read_json_object
+
+    kept = read_json_object(layout.eval_metrics).get("evaluations")
+    if not isinstance(kept, dict):
+        return {}
+    return {str(k): v for k, v in list(kept.items())[-MAX_KEPT:] if isinstance(v, dict)}
 
 
 def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:

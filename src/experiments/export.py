@@ -14,7 +14,8 @@ import sys
 from experiments.config.saved import parse_args
 from experiments.console import run_main
 from experiments.errors import UserError, one_line
-from experiments.model_card import write_model_card
+from experiments.model_card import checkpoint_name, write_model_card
+from experiments.runs.layout import sidecar_epoch
 from experiments.saved_run import SavedRun
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
     from experiments.runs.files import read_json_object, write_json
 
     deployable = Normalized(run.net, run.normalization()).eval()
-    x, y = run.first_batch("test" if run.has_split("test") else "val")
+    split = "test" if run.has_split("test") else "val"
+    x, y = run.first_batch(split)
     x = x.float()
     target = run.layout.exported(fmt)
     staged = target.with_name(f".{target.name}.tmp")
@@ -71,6 +73,10 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
         "acc_torch": float((expected.argmax(1) == y).float().mean()),
         "acc_exported": float((got.argmax(1) == y).float().mean()),
         "ckpt": str(run.ckpt),
+        # what the model card names: the checkpoint, its epoch and the split checked on
+        "ckpt_name": checkpoint_name(run.layout, run.ckpt),
+        "ckpt_epoch": sidecar_epoch(sidecar) if "epoch" in (sidecar := run.sidecar) else None,
+        "split": split,
     }
     report = read_json_object(run.layout.export_report)
     report[fmt] = check
@@ -164,7 +170,7 @@ def _main(argv: list[str]) -> None:
     check = export(options["run_dir"], options["format"], options["ckpt"], opset, overrides)
     print(
         f"wrote {options['run_dir']}/{check['file']}: max |difference| from PyTorch "
-        f"{check['max_abs_diff']:.2e} on {check['batch']} test images, accuracy "
+        f"{check['max_abs_diff']:.2e} on {check['batch']} {check['split']} images, accuracy "
         f"{check['acc_exported']:.4f} (PyTorch {check['acc_torch']:.4f})"
     )
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write, read_json_object, read_yaml
-from experiments.runs.layout import RunDir
+from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch
 
 SPLITS = ("train", "val", "test")
 # Markdown punctuation that could start markup inline or end a table cell; "<" and "&" are
@@ -60,11 +60,91 @@ def _num(value: Any, spec: str = ".4f") -> str:
     return "nan" if isinstance(value, float) else "?"
 
 
-def calibration_temperature(layout: RunDir) -> float | None:
-    """The temperature ``experiments.calibrate`` saved with the run, or None."""
-    saved = read_json_object(layout.calibration)
-    value = saved.get("temperature")
-    return float(value) if isinstance(value, int | float) and value > 0 else None
+def checkpoint_name(layout: RunDir, path: Any) -> str:
+    """``best.pt`` / ``last.pt`` for the run's own checkpoints, else the file's full path
+    (``?`` for something that is not a path): how run files record a checkpoint."""
+    try:
+        resolved = Path(str(path)).resolve()
+        for own in (layout.best_pt, layout.last_json.with_suffix(".pt")):
+            if resolved == own.resolve():
+                return own.name
+        return str(resolved)
+    except (OSError, ValueError, RuntimeError):
+        return "?"
+
+
+def checkpoint_label(name: Any, epoch: Any) -> str:
+    """A checkpoint as people read it: ``best.pt (selected epoch 3)``, ``last.pt (last
+    epoch 5)``, ``<file> (epoch 2)``; the epoch says ``not recorded`` when unknown."""
+    known = isinstance(epoch, int) and not isinstance(epoch, bool)
+    at = str(epoch) if known else "not recorded"
+    if name == "best.pt":
+        return f"best.pt (selected epoch {at})"
+    if name == "last.pt":
+        return f"last.pt (last epoch {at})"
+    return f"{name} (epoch {at})"
+
+
+def _label(name: Any, epoch: Any) -> str:
+    """``checkpoint_label`` for the card: a name that is not ours came from a file."""
+    own = name in ("best.pt", "last.pt")
+    return checkpoint_label(name if own else md_code(name), epoch)
+
+
+def _epoch_of(sidecar_file: Path) -> int | None:
+    """The 1-based epoch a checkpoint's sidecar records, or None (no sidecar)."""
+    sidecar = read_sidecar(sidecar_file)
+    return sidecar_epoch(sidecar) if "epoch" in sidecar else None
+
+
+def applied_temperature(layout: RunDir, ckpt: Path) -> tuple[float | None, str | None]:
+    """The temperature ``experiments.calibrate`` saved for checkpoint ``ckpt``, and the one
+    line that says whether and why it is applied: ``(T, line)`` when it is, ``(None, line)``
+    when a calibration exists but is not applied (kept T = 1, fitted for another checkpoint
+    or epoch), ``(None, None)`` when the run was never calibrated.
+
+    Raises:
+        UserError: a corrupt ``calibration.json``, or a temperature outside ``T_RANGE``
+            (one fitted before the range existed can turn every probability into 1.000).
+    """
+    from experiments.analysis.calibration import T_RANGE
+
+    path = layout.calibration
+    saved = read_json_object(path)
+    if not saved:
+        return None, None
+    t = saved.get("temperature")
+    number = isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
+    if not number or not T_RANGE[0] <= t <= T_RANGE[1]:
+        raise UserError(
+            f"{path}: temperature {str(t)[:40]} is outside [{T_RANGE[0]:g}, {T_RANGE[1]:g}] "
+            f"(a fit from before that bound?); run experiments-calibrate run_dir={layout.path} "
+            f"again, or delete the file"
+        )
+    name = checkpoint_name(layout, ckpt)
+    fitted_for = saved.get("ckpt")
+    fitted_for = (
+        fitted_for if fitted_for in ("best.pt", "last.pt") else checkpoint_name(layout, fitted_for)
+    )
+    epoch, now = saved.get("ckpt_epoch"), _epoch_of(ckpt.with_suffix(".json"))
+    again = f"run experiments-calibrate run_dir={layout.path} ckpt=<it> to fit one"
+    if fitted_for != name:
+        return None, (
+            f"{path} was fitted for {fitted_for}, not {name}: probabilities are not "
+            f"temperature-scaled; {again}"
+        )
+    if isinstance(epoch, int) and now is not None and epoch != now:
+        return None, (
+            f"{path} was fitted for {name} at epoch {epoch}; it now holds epoch {now}: "
+            f"probabilities are not temperature-scaled; {again}"
+        )
+    if t == 1:
+        why = saved.get("reason")
+        return None, f"{path} keeps T = 1 ({_printable(why, 300)}): probabilities as trained"
+    return float(t), (
+        f"probabilities temperature-scaled: T = {t:.4g} from {path} (fitted on the validation "
+        f"split for {checkpoint_label(name, now if now is not None else epoch)})"
+    )
 
 
 def _select(cfg: dict, dotted: str, default: Any = None) -> Any:
@@ -115,22 +195,30 @@ def split_counts(datamodule) -> dict[str, dict[str, int]]:
 
 
 def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
-    """Write ``<run>/model_card.md`` from the run's files (``counts``: ``split_counts``,
-    kept in the run's ``data_counts.json`` so later writers have them too)."""
+    """Write ``<run>/model_card.md`` whole from the run's files (``counts``: ``split_counts``,
+    kept in the run's ``data_counts.json`` so later writers have them too).
+
+    Every number names its checkpoint (``best.pt``/``last.pt`` with its epoch), split and
+    sample count; each command that changes a file the card reads (train, eval, calibrate,
+    export) writes it again from all of them, so it never mixes an old card with a new file.
+    """
     layout = RunDir(run_dir)
     counts_file = layout.path / "data_counts.json"
     if counts:
         atomic_write(counts_file, lambda f: f.write(json.dumps(counts, indent=1).encode()))
     counts = counts or _read_counts(counts_file)
+    n = {split: sum(row.values()) for split, row in counts.items()}
     cfg = read_yaml(layout.saved_config, missing=None)
     cfg = cfg if isinstance(cfg, dict) else None
-    metrics, evaluated = read_json_object(layout.metrics), read_json_object(layout.eval_metrics)
+    metrics = read_json_object(layout.metrics)
+    best, last = read_sidecar(layout.best_json), read_sidecar(layout.last_json)
     lines = [f"# Model card: {md_text(layout.path.name)}", ""]
     lines += _data(cfg, counts)
     lines += _recipe(cfg, layout)
-    lines += _results({**metrics, **evaluated}, counts.get("test"))
-    lines += _calibration(read_json_object(layout.calibration), evaluated)
-    lines += _export(read_json_object(layout.export_report))
+    lines += _checkpoints(best, last, n.get("val"))
+    lines += _results(layout, metrics, best, n.get("test"))
+    lines += _calibration(layout, read_json_object(layout.calibration), best, last)
+    lines += _export(layout, read_json_object(layout.export_report))
     lines += [
         "## Reproduce",
         "",
@@ -194,11 +282,92 @@ def _recipe(cfg, layout: RunDir) -> list[str]:
     return lines + [f"- versions: {versions}", ""]
 
 
-def _results(metrics: dict, test_counts: dict | None) -> list[str]:
-    if "test/acc" not in metrics:
+def _n(count: Any) -> str:
+    return f"n={count}" if isinstance(count, int) and not isinstance(count, bool) else "n=?"
+
+
+def _checkpoints(best: dict, last: dict, n_val: int | None) -> list[str]:
+    """Which epoch ``best.pt`` holds and why, the warnings about the split that chose it,
+    and the last epoch's value of the same metric, labelled as the last one."""
+    if not best and not last:
+        return []
+    lines = ["## Checkpoints", ""]
+    on_val = f"on the validation split ({_n(n_val)})"
+    if best:
+        monitor = md_text(best.get("monitor", "?"))
+        lines.append(
+            f"- selected: {_label('best.pt', _epoch(best))}, {monitor} = "
+            f"{_num(best.get('value'))} {on_val}; eval, predict, calibrate and export use it "
+            f"unless given ckpt="
+        )
+        if best.get("reason") is not None:
+            lines.append(f"- why this epoch: {md_text(best['reason'], 300)}")
+        warnings = best.get("warnings")
+        for warning in warnings if isinstance(warnings, list) else []:
+            lines.append(f"- warning: {md_text(warning, 300)}")
+    if last:
+        monitor = md_text(last.get("monitor", "?"))
+        lines.append(
+            f"- last epoch: {_label('last.pt', _epoch(last))}, {monitor} = "
+            f"{_num(last.get('value'))} {on_val} (the last epoch's value, not the selected one)"
+        )
+    return lines + [""]
+
+
+def _epoch(sidecar: dict) -> int | None:
+    return sidecar_epoch(sidecar) if "epoch" in sidecar else None
+
+
+def _evaluations(layout: RunDir) -> dict[str, dict]:
+    """``experiments.eval``'s results by checkpoint name, from ``eval_metrics.json`` (its
+    ``evaluations``; a file from before they were kept is the one checkpoint it names)."""
+    saved = read_json_object(layout.eval_metrics)
+    kept = saved.get("evaluations")
+    if isinstance(kept, dict):
+        return {str(k): v for k, v in kept.items() if isinstance(v, dict)}
+    if not saved:
+        return {}
+    name = saved.get("ckpt_name") or checkpoint_name(layout, saved.get("ckpt"))
+    return {str(name): saved}
+
+
+def _results(layout: RunDir, metrics: dict, best: dict, n_test: int | None) -> list[str]:
+    """One section per checkpoint tested: the selected one first (training's own test of
+    ``best.pt``, or eval's of the same epoch), then each other one eval tested."""
+    evaluated = _evaluations(layout)
+    sections = []
+    best_epoch = _epoch(best) if best else None
+    from_eval = evaluated.pop("best.pt", None)
+    if from_eval is not None and from_eval.get("ckpt_epoch") not in (None, best_epoch):
+        evaluated["best.pt"] = from_eval  # an older best.pt: shown apart, with its epoch
+        from_eval = None
+    if from_eval is not None:
+        sections.append((_label("best.pt", best_epoch), from_eval, _eval_source(from_eval)))
+    elif "test/acc" in metrics:
+        # training tests best.pt when it saved one, else the final weights
+        label = _label("best.pt", best_epoch) if best else "the final weights (no checkpoint)"
+        sections.append((label, metrics, "the test at the end of training (metrics.json)"))
+    for name, record in evaluated.items():
+        sections.append((_label(name, record.get("ckpt_epoch")), record, _eval_source(record)))
+    if not sections:
         return ["## Test results", "", "No test split was evaluated.", ""]
-    n = sum(test_counts.values()) if test_counts else None
-    lines = ["## Test results", ""]
+    lines = []
+    for label, record, source in sections:
+        samples = record.get("samples")
+        n = samples.get("test") if isinstance(samples, dict) else None
+        n = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else n_test
+        lines += _test_table(label, record, n, source)
+    return lines
+
+
+def _eval_source(record: dict) -> str:
+    overrides = record.get("overrides")
+    shown = " ".join(str(o) for o in overrides) if isinstance(overrides, list) else ""
+    return "experiments.eval" + (f" with {md_code(shown)}" if shown else "")
+
+
+def _test_table(label: str, metrics: dict, n: int | None, source: str) -> list[str]:
+    lines = [f"## Test results: {label}", "", f"Test split, {_n(n)}; from {source}.", ""]
     missing = metrics.get("test/missing_classes")
     if isinstance(missing, int | float) and missing > 0:
         lines += [
@@ -211,6 +380,8 @@ def _results(metrics: dict, test_counts: dict | None) -> list[str]:
         if key in metrics:
             interval = _interval(metrics[key], n) if key == "test/acc" else ""
             lines.append(f"| {key} | {_num(metrics[key])} | {interval} |")
+    if "test/ece_calibrated" in metrics:
+        lines.append(f"| test/ece after calibration | {_num(metrics['test/ece_calibrated'])} | |")
     recall = {k.split("/", 2)[2]: v for k, v in metrics.items() if k.startswith("test/recall/")}
     if recall:
         lines += ["", "| class | precision | recall |", "|---|---|---|"]
@@ -230,37 +401,71 @@ def _interval(p: float, n: int | None) -> str:
     return f"[{centre - half:.4f}, {centre + half:.4f}] (n={n})"
 
 
-def _calibration(saved: dict, evaluated: dict) -> list[str]:
+def _calibration(layout: RunDir, saved: dict, best: dict, last: dict) -> list[str]:
     lines = ["## Calibration", ""]
     if not saved:
-        ece = evaluated.get("test/ece")
-        note = f"test ECE {_num(ece)} (15 bins). " if ece is not None else ""
-        return lines + [
-            f"{note}Not temperature-scaled: run `experiments-calibrate run_dir=<run>`.",
-            "",
-        ]
-    lines.append(
-        f"Temperature scaling, T = {_num(saved.get('temperature'), '.3f')} (fitted on the "
-        f"validation split):"
-    )
-    lines += ["", "| split | ECE before | ECE after |", "|---|---|---|"]
+        return lines + ["Not temperature-scaled: run `experiments-calibrate run_dir=<run>`.", ""]
+    name = saved.get("ckpt")
+    name = name if name in ("best.pt", "last.pt") else checkpoint_name(layout, name)
+    label = _label(name, saved.get("ckpt_epoch"))
+    t, reason = saved.get("temperature"), saved.get("reason")
+    lines.append(f"- for {label}, fitted on the validation split")
+    if reason is None:  # written before calibrate kept T = 1 when it should
+        lines.append(
+            f"- T = {_num(t, '.4g')}, fitted before T was bounded and checked: run "
+            f"`experiments-calibrate` again"
+        )
+    elif saved.get("applied") and t != 1:
+        lines.append(f"- T = {_num(t, '.4g')} applied: {md_text(reason, 400)}")
+    else:
+        lines.append(f"- T = 1 kept (not temperature-scaled): {md_text(reason, 400)}")
+    bounds = saved.get("range")
+    if isinstance(bounds, list) and len(bounds) == 2:
+        lines.append(
+            f"- T is fitted within [{_num(bounds[0], 'g')}, {_num(bounds[1], 'g')}]; a validation "
+            f"split under {_num(saved.get('min_samples'), 'd')} samples or "
+            f"{_num(saved.get('min_per_class'), 'd')} of a class keeps T = 1"
+        )
+    warnings = saved.get("warnings")
+    for warning in warnings if isinstance(warnings, list) else []:
+        lines.append(f"- warning: {md_text(warning, 400)}")
+    now = {"best.pt": _epoch(best), "last.pt": _epoch(last)}.get(name)
+    fitted_at = saved.get("ckpt_epoch")
+    if now is not None and isinstance(fitted_at, int) and fitted_at != now:
+        lines.append(
+            f"- {name} now holds epoch {now}: this calibration is for epoch {fitted_at} and is "
+            f"not applied; run `experiments-calibrate` again"
+        )
+    lines += [
+        "",
+        "| split | NLL before -> after | ECE (15 bins) before -> after |",
+        "|---|---|---|",
+    ]
     for split in ("val", "test"):
-        if f"{split}/ece_before" in saved:
-            before, after = saved[f"{split}/ece_before"], saved.get(f"{split}/ece_after")
-            lines.append(f"| {split} | {_num(before)} | {_num(after)} |")
+        if f"{split}/nll_before" in saved or f"{split}/ece_before" in saved:
+            nll, ece = _change(saved, f"{split}/nll"), _change(saved, f"{split}/ece")
+            lines.append(f"| {split} ({_n(saved.get(f'{split}/n'))}) | {nll} | {ece} |")
     return lines + [""]
 
 
-def _export(report: dict) -> list[str]:
+def _change(saved: dict, key: str) -> str:
+    return f"{_num(saved.get(f'{key}_before'))} -> {_num(saved.get(f'{key}_after'))}"
+
+
+def _export(layout: RunDir, report: dict) -> list[str]:
     if not report:
         return []
     lines = ["## Export", ""]
     for fmt, check in report.items():
         if isinstance(check, dict):
+            name = check.get("ckpt_name") or checkpoint_name(layout, check.get("ckpt"))
+            split = check.get("split", "test")
+            split = split if split in SPLITS else "?"
             lines.append(
-                f"- {md_text(fmt)}: {md_code(check.get('file'))}, max |difference| from "
-                f"PyTorch {_num(check.get('max_abs_diff'), '.2e')} on "
-                f"{_num(check.get('batch'), 'd')} test images; accuracy "
+                f"- {md_text(fmt)}: {md_code(check.get('file'))} from "
+                f"{_label(name, check.get('ckpt_epoch'))}; max |difference| from PyTorch "
+                f"{_num(check.get('max_abs_diff'), '.2e')} on the first batch of the {split} "
+                f"split (n={_num(check.get('batch'), 'd')}); accuracy on it "
                 f"{_num(check.get('acc_exported'))} (PyTorch {_num(check.get('acc_torch'))})"
             )
     return lines + [""]

@@ -17,7 +17,7 @@ from pathlib import Path
 from experiments.config.saved import check_output, parse_args
 from experiments.console import run_main
 from experiments.errors import UserError
-from experiments.model_card import calibration_temperature
+from experiments.model_card import applied_temperature
 from experiments.saved_run import SavedRun
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,10 @@ def predict(
     batch_size = int(run.data_cfg.get("batch_size") or 64)
     pre_size = run.data_cfg.get("image_size")
     in_shape, class_names = _shape_and_classes(run)
-    temperature = calibration_temperature(run.layout) or 1.0  # experiments.calibrate
+    temperature, note = applied_temperature(run.layout, run.ckpt)  # experiments.calibrate
+    if note is not None:  # one line: applied (T, file, checkpoint), kept at 1, or not for this one
+        log.info("%s", note)
+    temperature = temperature or 1.0
 
     # imported here: torch costs seconds, argument mistakes should not wait for it
     import torch
