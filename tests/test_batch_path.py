@@ -98,7 +98,7 @@ def test_sigterm_mid_epoch_resume_is_exact_with_batch_augmentation(tmp_path, dat
         "+callbacks.signal_at._target_=tests.helpers.SignalAt",
         "+callbacks.signal_at.step=30",
     ]
-    env = {"PYTHONPATH": str(REPO)}
+    env = {"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.helpers"}
     res = run_cli(
         "-m", "experiments.train", *common, "hydra.run.dir=A", cwd=tmp_path, env_extra=env
     )

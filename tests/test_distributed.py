@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from experiments.train import train
 from tests.conftest import REPO, run_cli
 
-ENV = {"PYTHONPATH": str(REPO)}
+ENV = {"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.helpers"}
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from experiments.compat.hydra import Composer, is_multirun, task_view
 from experiments.config import schema
 from experiments.config.ray import check_ray_launcher
+from experiments.config.replay import check_resumed
 from experiments.config.slurm import check_slurm_launcher, check_task_layout
 from experiments.errors import UserError, one_line
 from experiments.runs.files import check_writable
@@ -121,6 +122,7 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     if resume:
         if multirun:
             raise UserError("resume= resumes one run; it cannot be combined with -m")
+        check_resumed([f"resume={resume}"])  # the run's saved overrides are data: checked first
         argv = flags + resume_overrides(cfg, resume, overrides)
         check_args(argv, "in the resumed run's overrides")  # read from a file we were handed
         overrides = [a for a in argv if a not in flags]
