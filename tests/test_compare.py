@@ -141,7 +141,7 @@ def test_runs_group_by_config_not_by_seed_or_folder(tmp_path):
     # a key only one run has: a group of its own, the key absent for the others
     odd = config(0.1, 0, trainer__deterministic=True)
     write_run(tmp_path / "runs" / "odd", odd, {"test/acc": 0.05})
-    result = compare([str(tmp_path / "runs")])
+    result = compare([str(tmp_path / "runs")], metric="test/acc")
     assert [len(g.runs) for g in result.groups] == [3, 3, 1]
     assert result.keys == ["optimizer.lr", "trainer.deterministic"]
     assert [g.config["optimizer.lr"] for g in result.groups] == [0.2, 0.1, 0.1]
@@ -203,26 +203,28 @@ def test_table_marks_best_by_mode_and_single_run_groups(tmp_path, monkeypatch, c
     rows = table_rows(md)
     assert [r[0] for r in rows] == ["g1 (best)", "g2", "g3"]
     assert [(r[1], r[2]) for r in rows] == [("0.05", "2"), ("0.01", "3"), ("0.1", "1")]
-    assert rows[2][3:5] == ["0.5000", "—"]  # n=1: a mean, no std, no CI
+    assert rows[2][3:6] == ["0.4900 (last)", "—", "last"]  # n=1: a mean, no std, no CI
     assert "g3: one run only" in md
-    assert header(md)[:6] == [
+    assert header(md)[:7] == [  # the runs' optimized metric (val/acc) ranks; test beside it
         "group",
         "optimizer.lr",
         "n",
-        "test/acc mean ± std",
-        "test/acc 95% CI",
         "val/acc mean ± std",
+        "val/acc 95% CI",
+        "epoch",
+        "test/acc mean ± std",
     ]
     assert "wall_time_s mean ± std" in header(md) and "test/macro_f1 mean ± std" not in header(md)
     with open(tmp_path / "cmp" / "compare.csv") as f:
         table = list(csv.DictReader(f))
-    assert [(r["group"], r["best"], r["n"], r["seeds"]) for r in table] == [
-        ("g1", "True", "2", "0 1"),
-        ("g2", "False", "3", "0 1 2"),
-        ("g3", "False", "1", "0"),
+    assert [(r["group"], r["verdict"], r["n"], r["seeds"]) for r in table] == [
+        ("g1", "best", "2", "0 1"),
+        ("g2", "", "3", "0 1 2"),
+        ("g3", "", "1", "0"),
     ]
     assert float(table[1]["test/acc mean"]) == pytest.approx(0.81)
-    assert table[2]["test/acc std"] == ""
+    assert float(table[1]["val/acc mean"]) == pytest.approx(0.80)
+    assert table[2]["val/acc std"] == "" and table[2]["val/acc epochs"] == "last"
     assert (tmp_path / "cmp" / "compare.png").read_bytes()[:4] == b"\x89PNG"
 
     main([str(tmp_path / "sweep"), "mode=min", "metric=val/acc", "out=cmp"])
@@ -272,7 +274,7 @@ def test_unreadable_runs_are_skipped_and_listed(tmp_path, monkeypatch, capsys):
     shutil.copytree(unfinished, failed)
     (failed / "job.json").write_text(json.dumps({"status": "failed", "error": "OSError: disk"}))
     monkeypatch.chdir(tmp_path)
-    main(["sweep", "out=cmp"])
+    main(["sweep", "out=cmp", "metric=test/acc"])
     out = capsys.readouterr().out
     md = (tmp_path / "cmp" / "compare.md").read_text()
     for text in (out, md):
@@ -283,7 +285,7 @@ def test_unreadable_runs_are_skipped_and_listed(tmp_path, monkeypatch, capsys):
         assert "sweep/lr0.05-s0: test/acc is nan in metrics.json, not a finite number" in text
         assert "sweep/unfinished: no metrics.json (unfinished or failed run)" in text
         assert "sweep/failed: no metrics.json: the job failed (OSError: disk)" in text
-    assert [r[:2] for r in table_rows(md)] == [["g1 (best)", "2"]]
+    assert [r[:2] for r in table_rows(md)] == [["g1", "2"]]  # one group: nothing to beat
     assert "all runs share one config" in md
 
 
@@ -425,7 +427,7 @@ def test_real_sweep_torn_metrics_is_skipped(sweep, tmp_path, monkeypatch, capsys
 
 
 def test_welchs_t_and_the_verdict_match_scipy():
-    from experiments.analysis.verdict import verdict, welch
+    from experiments.analysis.verdict import decide, welch
 
     stats = pytest.importorskip("scipy.stats")
     cases = [
@@ -438,21 +440,23 @@ def test_welchs_t_and_the_verdict_match_scipy():
         ref = stats.ttest_ind(a, b, equal_var=False)
         assert t == pytest.approx(ref.statistic, rel=1e-9)
         assert df == pytest.approx(ref.df, rel=1e-9)
-        v = verdict("g1", "g2", summarize(a), summarize(b), "test/acc", "max")
-        # df rounded down: a slightly stricter test than Welch's own (never a looser one)
-        assert v.decided == (t > stats.t.ppf(0.975, math.floor(ref.df)))
-        if t > 0 and ref.pvalue >= 0.05:
-            assert not v.decided
-        assert ("beats g2" in v.text) == v.decided
-    clear = verdict("g1", "g2", summarize(cases[0][0]), summarize(cases[0][1]), "test/acc", "max")
-    noise = verdict("g1", "g2", summarize(cases[1][0]), summarize(cases[1][1]), "test/acc", "max")
-    assert clear.decided and clear.seeds_needed is None
+        unpaired = [[("seed", i)] for i in range(len(a))], [[("seed", 10 + i)] for i in b]
+        v = decide(["g1", "g2"], [a, b], [[("s", i) for i in range(len(a))],
+                   [("s", 10 + i) for i in range(len(b))]], "max")  # fmt: skip
+        assert v.pairs[0].test == "Welch's t" and unpaired
+        assert v.pairs[0].p == pytest.approx(ref.pvalue, rel=1e-9)
+        assert v.decided == (ref.pvalue < 0.05)
+        assert ("is the best" in v.text) == v.decided
+    clear = decide(["g1", "g2"], list(cases[0]), [[1, 2, 3], [4, 5, 6]], "max")
+    noise = decide(["g1", "g2"], list(cases[1]), [[1, 2, 3], [4, 5, 6]], "max")
+    assert clear.decided and clear.seeds_needed is None and clear.winner == "g1"
     assert not noise.decided and noise.seeds_needed > 3 and "seeds per group" in noise.text
-    lower = verdict("g1", "g2", summarize([0.1, 0.11, 0.12]), summarize([0.3, 0.31, 0.29]),
-                    "val/loss", "min")  # fmt: skip
+    assert noise.tied == ("g1", "g2")
+    lower = decide(["g1", "g2"], [[0.1, 0.11, 0.12], [0.3, 0.31, 0.29]], [[1, 2, 3], [4, 5, 6]],
+                   "min")  # fmt: skip
     assert lower.decided  # with mode=min, lower is better
-    single = verdict("g1", "g2", summarize([0.9]), summarize([0.8, 0.7]), "test/acc", "max")
-    assert not single.decided and "at least 2 seeds" in single.text
+    single = decide(["g1", "g2"], [[0.9], [0.8]], [[1], [2]], "max")
+    assert not single.decided and "one run" in single.text
 
 
 @pytest.mark.slow
@@ -516,7 +520,8 @@ def test_hostile_run_files_are_skipped_one_line_each_and_the_rest_compared(tmp_p
     # a dict inside a list with keys of mixed types: compared (it once raised TypeError)
     write_run(root / "mixed-keys", config(extra=[{1: "a", "b": "c"}]), {"test/acc": 0.7})
 
-    res = run_cli("-m", "experiments.compare", str(root), "out=cmp", cwd=tmp_path, timeout=120)
+    res = run_cli("-m", "experiments.compare", str(root), "out=cmp", "metric=test/acc",
+                  cwd=tmp_path, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Traceback" not in res.stderr and not marker.exists()
     warned = [ln for ln in res.stderr.splitlines() if ln.strip()]

@@ -51,6 +51,8 @@ def epochs_text(values: list[Value]) -> str:
         return ""
     if len(sources) == 1:
         (source,) = sources
+        if all(v.epoch is None for v in values):  # metrics.json without "epochs"
+            return source
         epochs = [str(v.epoch) if v.epoch is not None else "?" for v in values]
         return f"{source} {', '.join(epochs)}"
     return ", ".join(v.label or "-" for v in values)

@@ -116,6 +116,15 @@ def compare_pair(
         t = diff / (sd / math.sqrt(len(d)))
         df = len(d) - 1.0
         return Pairwise(other, "paired t", n, diff, sd, t, df, t_two_sided_p(t, df))
+    spread_of = sa.std if sb.std is None else sb.std
+    if (sa.std is None) != (sb.std is None) and spread_of:
+        # one group ran once: its run is tested against the other group's spread (equal
+        # variances assumed, the only way one run can be compared): df of the other group
+        many = sa if sb.std is None else sb
+        t = diff / (spread_of * math.sqrt(1 / len(a) + 1 / len(b)))
+        df = many.n - 1.0
+        spread = spread_of * math.sqrt(2)
+        return Pairwise(other, "t (one run)", n, diff, spread, t, df, t_two_sided_p(t, df))
     if sa.std is None or sb.std is None:
         if len(a) == 1 and len(b) == 1 and _same(diff, 0.0):
             return Pairwise(other, "", n, 0.0, None, note="the same value, one run each")
