@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.conftest import REPO
 
 
-def test_every_test_the_fault_table_names_exists():
-    text = (REPO / "docs" / "faults.md").read_text()
+@pytest.mark.parametrize(("doc", "at_least"), [("faults.md", 15), ("security.md", 25)])
+def test_every_test_the_fault_and_security_tables_name_exists(doc, at_least):
+    text = (REPO / "docs" / doc).read_text()
     named = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", text)
-    assert len(named) >= 15
+    assert len(named) >= at_least
     missing = [
         f"{path}::{name}"
         for path, name in named
