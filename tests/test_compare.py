@@ -356,12 +356,13 @@ def sweep(tmp_path_factory, data_dir) -> Path:
 
 
 def sweep_metrics(sweep: Path) -> dict[float, list[dict]]:
+    """metrics.json of each job by lr, with its best.json as ``"best"``."""
     by_lr: dict[float, list[dict]] = {}
     for job in sorted(p for p in sweep.iterdir() if p.is_dir()):
         cfg = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
-        by_lr.setdefault(cfg["optimizer"]["lr"], []).append(
-            json.loads((job / "metrics.json").read_text())
-        )
+        metrics = json.loads((job / "metrics.json").read_text())
+        metrics["best"] = json.loads((job / "checkpoints" / "best.json").read_text())
+        by_lr.setdefault(cfg["optimizer"]["lr"], []).append(metrics)
     return by_lr
 
 
@@ -370,21 +371,25 @@ def test_real_sweep_two_groups_with_numpy_stats(sweep, tmp_path):
     res = run_cli("-m", "experiments.compare", str(sweep), "out=cmp", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     md = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "| g1 (best) |" in res.stdout and "6 runs in 2 groups" in res.stdout
+    assert "6 runs in 2 groups" in res.stdout
     assert "groups differ in: `optimizer.lr`." in md
     assert header(md)[1:3] == ["optimizer.lr", "n"]  # the only differing key
     by_lr = sweep_metrics(sweep)
     rows = table_rows(md)
     assert len(rows) == 2 and {r[2] for r in rows} == {"3"}
-    means = {lr: np.mean([m["test/acc"] for m in runs]) for lr, runs in by_lr.items()}
-    assert rows[0][1] == str(max(means, key=means.get)) and rows[0][0] == "g1 (best)"
+    # ranked by the runs' optimized metric (val/acc) at the selected epoch: best.json's
+    selected = {lr: np.mean([m["best"]["value"] for m in runs]) for lr, runs in by_lr.items()}
+    assert rows[0][1] == str(max(selected, key=selected.get))
+    assert rows[0][0] in ("g1 (best)", "g1 (tie)")
     columns = header(md)
     for row in rows:
         runs = by_lr[float(row[1])]
-        for metric in ("test/acc", "val/acc", "wall_time_s"):
-            values = [m[metric] for m in runs]
+        for metric in ("val/acc", "test/acc", "wall_time_s"):
+            values = [m["best"]["value"] if metric == "val/acc" else m[metric] for m in runs]
             cell = row[columns.index(f"{metric} mean ± std")]
             assert cell == f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}"
+        epochs = [m["best"]["epoch"] for m in runs]
+        assert row[columns.index("epoch")] == "best " + ", ".join(map(str, epochs))
     with open(tmp_path / "cmp" / "compare.csv") as f:
         table = {float(r["optimizer.lr"]): r for r in csv.DictReader(f)}
     for lr, runs in by_lr.items():
@@ -440,10 +445,9 @@ def test_welchs_t_and_the_verdict_match_scipy():
         ref = stats.ttest_ind(a, b, equal_var=False)
         assert t == pytest.approx(ref.statistic, rel=1e-9)
         assert df == pytest.approx(ref.df, rel=1e-9)
-        unpaired = [[("seed", i)] for i in range(len(a))], [[("seed", 10 + i)] for i in b]
         v = decide(["g1", "g2"], [a, b], [[("s", i) for i in range(len(a))],
                    [("s", 10 + i) for i in range(len(b))]], "max")  # fmt: skip
-        assert v.pairs[0].test == "Welch's t" and unpaired
+        assert v.pairs[0].test == "Welch's t"
         assert v.pairs[0].p == pytest.approx(ref.pvalue, rel=1e-9)
         assert v.decided == (ref.pvalue < 0.05)
         assert ("is the best" in v.text) == v.decided
@@ -463,12 +467,12 @@ def test_welchs_t_and_the_verdict_match_scipy():
 def test_real_sweep_gets_a_seed_verdict_and_a_latex_table(sweep, tmp_path):
     res = run_cli("-m", "experiments.compare", str(sweep), "out=cmp", "--latex", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
-    (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith("Seed verdict: g1 ")]
-    assert "g2 on test/acc at 95%" in line and "seeds 3 and 3" in line
-    assert ("beats" in line) != ("does not beat" in line)
+    (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith("Verdict: ")]
+    assert "on val/acc" in line and "3 shared seeds" in line  # both lrs ran seeds 0, 1, 2
+    assert ("is the best" in line) != ("no winner" in line or "tie on" in line)
     tex = (tmp_path / "cmp" / "compare.tex").read_text()
     assert tex.count("\\\\") == 3 and "\\begin{tabular}" in tex  # header + 2 groups
-    assert "optimizer.lr" in tex and "$\\pm$" in tex and "\\textbf{" in tex
+    assert "optimizer.lr" in tex and ("\\textbf{" in tex) == ("is the best" in line)
 
 
 # ---------------------------------------------------------------- hostile run folders

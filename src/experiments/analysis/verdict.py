@@ -242,9 +242,10 @@ def decide(
 
 def latex(comparison) -> str:
     """The comparison as a LaTeX ``tabular``: one row per group, the keys that differ, the
-    metric's mean ± the 95% interval's half-width, and the number of seeds."""
+    metric's mean and 95% interval (kept in [0, 1] for a fraction, so written as its two
+    ends), the number of seeds; the winner in bold (none for a tie)."""
     c = comparison
-    cols = ["group", *c.keys, f"{c.metric} (mean $\\pm$ 95\\% CI)", "seeds"]
+    cols = ["group", *c.keys, f"{c.metric} (mean [95\\% CI])", "seeds"]
     lines = [
         "% written by python -m experiments.compare --latex",
         "\\begin{tabular}{" + "l" * (len(cols) - 2) + "rr}",
@@ -256,7 +257,7 @@ def latex(comparison) -> str:
         s = group.stats[c.metric]
         value = f"{s.mean:.4f}"
         if s.ci_high is not None:
-            value += f" $\\pm$ {s.ci_high - s.mean:.4f}"
+            value += f" [{s.ci_low:.4f}, {s.ci_high:.4f}]"
         if group is c.best:  # a winner at 95% only: a tie has no bold row
             value = f"\\textbf{{{value}}}"
         keys = [_tex(str(group.config.get(k, "(absent)"))) for k in c.keys]
