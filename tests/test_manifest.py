@@ -11,6 +11,8 @@ from experiments.runs.manifest import (
     MANIFEST,
     TamperedError,
     check_integrity,
+    check_tree,
+    refresh,
     require_intact,
     write_manifest,
 )
@@ -59,7 +61,9 @@ def test_one_flipped_byte_is_found_and_named(tmp_path, name):
     with pytest.raises(TamperedError, match=name.split("/")[-1]):
         require_intact(run, [name])
     require_intact(run, [name], trust_modified=True)  # told to: used anyway
-    require_intact(run, ["metrics.json" if name != "metrics.json" else "model.onnx"])
+    # any modified file refuses the whole run, whichever file the command reads
+    with pytest.raises(TamperedError, match=name.split("/")[-1]):
+        require_intact(run, [])
 
 
 def test_a_missing_or_added_file_is_reported(tmp_path):
@@ -90,3 +94,35 @@ def test_a_corrupt_or_hostile_manifest_is_one_line(tmp_path):
     )
     with pytest.raises(UserError, match="malformed entry"):
         check_integrity(run)
+
+
+def test_refresh_records_what_the_command_wrote_and_never_blesses_a_modified_file(tmp_path):
+    run = _run(tmp_path)
+    _flip(run / "metrics.json")  # tampered before the command opened the run
+    before = require_intact(run, ["model.onnx"], trust_modified=True)
+    (run / "model.onnx").write_bytes(b"exported again")  # what the command wrote
+    (run / "eval_metrics.json").write_text("{}")
+    refresh(run, before)
+    result = check_integrity(run)
+    assert result.modified == ["metrics.json"] and not result.unlisted  # still reported
+    (run / MANIFEST).unlink()
+    assert refresh(run, check_integrity(run)) is None and not (run / MANIFEST).exists()
+
+
+def test_a_sweep_lists_its_own_files_and_each_job_its_own(tmp_path):
+    sweep = tmp_path / "sweep"
+    job = sweep / "0"
+    (job / "checkpoints").mkdir(parents=True)
+    (job / "metrics.json").write_text("{}")
+    write_manifest(job)  # the job's run ends
+    (job / "job.json").write_text('{"status": "done"}')  # then the sweep records it
+    (sweep / "summary.md").write_text("| job |")
+    write_manifest(sweep)
+    assert set(json.loads((sweep / MANIFEST).read_text())["files"]) == {
+        "summary.md", "0/job.json"
+    }  # fmt: skip
+    assert all(r.intact for r in check_tree(sweep))
+    _flip(job / "metrics.json")
+    _flip(job / "job.json")
+    found = {str(r.folder): r.modified for r in check_tree(sweep)}
+    assert found == {str(sweep): ["0/job.json"], str(job): ["metrics.json"]}

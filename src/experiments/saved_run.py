@@ -12,8 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.config import allowlist
-from experiments.config.saved import checkpoint_path, load_run_config, read_sidecar, resolved
+from experiments.config.saved import (
+    checkpoint_path,
+    load_run_config,
+    read_sidecar,
+    resolved,
+    split_trust,
+)
 from experiments.errors import UserError
+from experiments.runs import manifest
 from experiments.runs.layout import RunDir
 
 if TYPE_CHECKING:
@@ -37,20 +44,36 @@ class SavedRun:
 
     Args:
         run_dir: the folder.
-        ckpt: ``best``, ``last`` or a weights-only ``.pt`` file.
+        ckpt: ``best``, ``last`` (the run's ``.safetensors``, an older run's ``.pt``) or a
+            weights-only ``.safetensors`` / ``.pt`` file.
         overrides: ``key=value`` changes to the saved config (keys must exist; ``+key``
-            adds one) of ``data``, ``model``, ``paths`` and ``trainer.{TRAINER_KEYS}``.
+            adds one) of ``data``, ``model``, ``paths`` and ``trainer.{TRAINER_KEYS}``;
+            ``trust_modified=true`` (as ``parse_args`` passes it on) is the argument below.
+        trust_modified: use the run even when its files differ from its ``manifest.json``
+            (each difference is a warning line).
 
     Raises:
+        TamperedError: a file of the run differs from its manifest (exit 1), checked first.
         UserError: no such run folder or checkpoint, an unknown or unused override key, a
             target or key outside the vocabulary, a value of the wrong type or range, a
             statistics file outside the run folder. Nothing has been built then.
     """
 
-    def __init__(self, run_dir: str | Path, ckpt: str = "best", overrides: Sequence[str] = ()):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        ckpt: str = "best",
+        overrides: Sequence[str] = (),
+        trust_modified: bool = False,
+    ):
         self.path = Path(run_dir)
         self.layout = RunDir(self.path)
+        trusted, overrides = split_trust(overrides)
         _check_override_keys(overrides)
+        own = {"best": self.layout.best_weights, "last": self.layout.last_weights}.get(ckpt)
+        used = [self.layout.saved_config, *([own, own.with_suffix(".json")] if own else [])]
+        # before anything of the run is read: a tampered file is one line, exit 1
+        self.integrity = manifest.require_intact(self.path, used, trust_modified or trusted)
         self.cfg = load_run_config(self.path, overrides)
         self.ckpt = checkpoint_path(self.path, ckpt)
         self.data_cfg, self.model_cfg = resolved(self.cfg, "data"), resolved(self.cfg, "model")
@@ -98,6 +121,11 @@ class SavedRun:
                 f"data.root={root}: the run's digits are not there (no labels.csv); give the "
                 f"folder that holds them, e.g. paths.data_dir=<folder with digits/>"
             )
+
+    def refresh_manifest(self) -> Path | None:
+        """Record in the run's ``manifest.json`` the files the command wrote since the run
+        was opened (``runs.manifest.refresh``); call it after the command's last write."""
+        return manifest.refresh(self.path, self.integrity)
 
     @property
     def sidecar(self) -> dict:

@@ -1,10 +1,13 @@
 """``python -m experiments.verify``: train a finished run again from its saved overrides in a
 temporary folder and say whether it comes out the same -- metrics and weights bit for bit
-on the machine that ran it, within a printed tolerance on another.
+on the machine that ran it, within a printed tolerance on another. ``integrity=true``
+instead checks, in seconds and without training, that the run's (or a sweep's) files are
+the ones its ``manifest.json`` lists.
 
 Examples:
     python -m experiments.verify run_dir=outputs/train/runs/2025-01-01_12-00-00_000000
     python -m experiments.verify run_dir=<run> steps=20
+    python -m experiments.verify <run or sweep folder> integrity=true
 """
 
 from __future__ import annotations
@@ -23,21 +26,29 @@ from experiments.config.saved import parse_args
 from experiments.console import run_main
 from experiments.errors import UserError, one_line
 from experiments.runs.files import read_json_object, read_text
-from experiments.runs.layout import RunDir
+from experiments.runs.layout import WEIGHTS_ROLES, RunDir, weights_file
 from experiments.runs.provenance import start_git_probe
 
 USAGE = """\
-usage: python -m experiments.verify run_dir=<run folder> [steps=N]
+usage: python -m experiments.verify [run_dir=]<run folder> [steps=N] [integrity=true]
 
 Runs python -m experiments.train again with the run's own overrides (.hydra/overrides.yaml)
 in a temporary folder, with the code installed here, and compares: the whole run's
-metrics.json values and the tensors of checkpoints/best.pt and last.pt; with steps=N only
-the first N training steps, by the losses logged at those steps (csv/metrics.csv). On the
-machine env.json names they must be equal bit for bit; on another, within a relative
-tolerance of 1e-5 (printed). Exit 0 when they match, 1 when they differ (each difference
-printed), 2 on a run folder that cannot be verified. The run's files are read as data:
-an overrides entry that could run code or write elsewhere (a hydra key, a flag, a target
-outside conf/) or a corrupt file is one line, exit 2, before anything is trained."""
+metrics.json values and the tensors of its best and last weights (checkpoints/
+best.safetensors and last.safetensors; an older run's best.pt and last.pt), when the run
+saves them (a run whose config saves none, e.g. debug=fast, is verified on its metrics,
+and says so); with steps=N only the first N training steps, by the losses logged at those
+steps (csv/metrics.csv). On the machine env.json names they must be equal bit for bit; on
+another, within a relative tolerance of 1e-5 (printed). Exit 0 when they match, 1 when
+they differ (each difference printed), 2 on a run folder that cannot be verified. The
+run's files are read as data: an overrides entry that could run code or write elsewhere
+(a hydra key, a flag, a target outside conf/) or a corrupt file is one line, exit 2,
+before anything is trained.
+
+integrity=true trains nothing: it compares every file of the run (or of a sweep, and of
+each job in it) with the sha256 and size its manifest.json lists. Exit 0 when all match,
+1 naming each file modified, missing or added after the run; a folder written before
+manifests existed has none: a note, exit 0."""
 
 VOLATILE = ("wall_time_s", "run_dir", "seed", "epochs", "global_step")  # not results
 TOLERANCE = 1e-5  # relative, when another machine runs it
@@ -102,10 +113,19 @@ def verify(run_dir: str | Path, steps: int | None = None) -> dict:
             compared, differences = _losses(layout.path, again, steps, exact)
         else:
             compared, differences = _metrics(layout.path, again, exact)
-            for name in ("best.pt", "last.pt"):
-                n, diff = _weights(layout.checkpoints / name, again / "checkpoints" / name, exact)
-                compared.append(f"{name} ({n} tensors)")
+            for role in WEIGHTS_ROLES:
+                first = weights_file(layout.checkpoints, role)
+                second = weights_file(again / "checkpoints", role)
+                if not first.is_file() and not second.is_file():
+                    continue  # the run's config saves no such file: nothing it ever had
+                n, diff = _weights(first, second, exact)
+                compared.append(f"{first.name} ({n} tensors)")
                 differences += diff
+            if not any(weights_file(again / "checkpoints", r).is_file() for r in WEIGHTS_ROLES):
+                notes.append(
+                    "the run's config saves no weights (e.g. debug=fast, or the checkpoint "
+                    "callback off): verified on its metrics only"
+                )
     return {"match": not differences, "exact": exact, "compared": compared,
             "differences": differences, "notes": notes}  # fmt: skip
 
@@ -156,13 +176,17 @@ def _metrics(first: Path, again: Path, exact: bool):
 def _weights(first: Path, again: Path, exact: bool) -> tuple[int, list[str]]:
     import torch
 
+    from experiments.runs.weights import safe_load
+
     if not first.is_file():
-        return 0, [f"{first.name}: missing from the run"]
-    try:  # weights_only: a tensor file, never code, whatever is in it
-        a = torch.load(first, map_location="cpu", weights_only=True)
-    except Exception as err:
-        return 0, [f"{first.name}: cannot be read ({type(err).__name__})"]
-    b = torch.load(again, map_location="cpu", weights_only=True)
+        return 0, [f"{first.name}: missing from the run (training again writes it)"]
+    if not again.is_file():
+        return 0, [f"{first.name}: in the run, but training again writes no such file"]
+    try:  # safetensors, or torch.load(weights_only=True): a tensor file, never code
+        a = safe_load(first)
+    except UserError as err:
+        return 0, [f"{first.name}: cannot be read ({one_line(err)[:160]})"]
+    b = safe_load(again)
     a = a.get("state_dict", a) if isinstance(a, dict) else a
     b = b.get("state_dict", b)
     if not isinstance(a, dict) or not any(isinstance(x, torch.Tensor) for x in a.values()):
@@ -210,14 +234,54 @@ def _step_losses(run: Path, steps: int) -> dict[int, float]:
     return found
 
 
+def integrity(folder: str | Path) -> tuple[bool, list[str]]:
+    """Check ``folder`` (a run or a sweep, with each job in it) against its manifest(s),
+    training nothing. Returns ``(ok, lines to print)``; ok is False only when a listed file
+    was modified or removed, or one was added, in a folder that has a manifest."""
+    from experiments.runs.manifest import MANIFEST, check_tree
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"run_dir={folder}: no such folder")
+    results = check_tree(folder)
+    lines, ok = [], True
+    for result in results:
+        if not result.has_manifest:
+            lines += [f"note: {line}" for line in result.lines()]
+        elif result.intact:
+            lines.append(
+                f"intact: {result.folder} ({result.checked} files match {MANIFEST}: sha256 "
+                f"and size)"
+            )
+        else:
+            ok = False
+            found = result.lines()
+            lines.append(f"NOT intact: {result.folder}: {len(found)} differences")
+            lines += [f"  {line}" for line in found]
+    return ok, lines
+
+
 def _main(argv: list[str]) -> int:
+    if argv and "=" not in argv[0] and not argv[0].startswith("-"):
+        argv = [f"run_dir={argv[0]}", *argv[1:]]  # the run folder given positionally
     argv = [a.replace("--steps=", "steps=") for a in argv]
+    argv = ["integrity=true" if a == "--integrity" else a for a in argv]
     if "--steps" in argv:  # --steps N
         i = argv.index("--steps")
         argv[i : i + 2] = [f"steps={argv[i + 1] if i + 1 < len(argv) else ''}"]
-    options, extra = parse_args(argv, {"run_dir": None, "steps": ""}, USAGE)
+    own = {"run_dir": None, "steps": "", "integrity": "false"}
+    options, extra = parse_args(argv, own, USAGE)
     if extra:
         raise UserError(f"unknown argument {extra[0]!r} (see --help)")
+    check = options["integrity"].strip().lower()
+    if check not in ("true", "false"):
+        raise UserError(f"integrity={options['integrity']!r} is not valid: true or false")
+    if check == "true":
+        if options["steps"]:
+            raise UserError("integrity=true trains nothing: give it without steps=")
+        ok, lines = integrity(options["run_dir"])
+        print("\n".join(lines))
+        return 0 if ok else 1
     steps = options["steps"]
     if steps and (not steps.isdigit() or int(steps) < 1):
         raise UserError(f"steps={steps!r} is not valid: expected a whole number >= 1")

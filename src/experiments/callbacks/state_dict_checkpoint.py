@@ -1,4 +1,5 @@
-"""Weights-only checkpoints: the network's state_dict, safe to load with weights_only=True."""
+"""Weights-only checkpoints: the network's state_dict as safetensors (tensors only, nothing
+that could run code when loaded)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,21 @@ import lightning as L
 from omegaconf import OmegaConf
 
 from experiments.runs.files import write_json
+from experiments.runs.layout import OLD_WEIGHTS_SUFFIX, WEIGHTS_SUFFIX, weights_file
 from experiments.runs.weights import save_state_dict
 
 log = logging.getLogger(__name__)
 
 
 class StateDictCheckpoint(L.Callback):
-    """Save ``net.state_dict()`` to ``last.pt`` every epoch and ``best.pt`` on improvement.
+    """Save the weights the module validates and exports (its ``export_prefix``: the net, or
+    an EMA of it) to ``last.safetensors`` every epoch and ``best.safetensors`` on improvement.
 
     Only weights are saved (no optimizer, no pickled code), atomically, with keys free of
     torch.compile's ``_orig_mod.``; each file gets a JSON sidecar (``best.json``,
     ``last.json``) with epoch, step, the monitored value and the net's config. A NaN or
-    infinite monitored value never replaces ``best.pt``.
+    infinite monitored value never replaces the best weights. A run resumed from before
+    safetensors has its ``best.pt``/``last.pt`` replaced (removed) at the first new save.
 
     A tie on ``monitor`` (common on a small validation split: val/acc 1.0 from epoch 1) is
     broken by ``tie_break`` (lower is better), then by the later epoch; an epoch of a
@@ -35,7 +39,7 @@ class StateDictCheckpoint(L.Callback):
         dirpath: folder of the files; None means ``<trainer.default_root_dir>/checkpoints``.
         monitor: metric deciding "best" (logged by the module or a callback).
         mode: ``max`` or ``min``.
-        save_last: also write ``last.pt`` at the end of every training epoch.
+        save_last: also write ``last.safetensors`` at the end of every training epoch.
         net_config: the net's config, recorded in the sidecars (so the file can be rebuilt).
         tie_break: the metric (lower is better) that decides between epochs tied on
             ``monitor``; then the later epoch wins.
@@ -75,11 +79,12 @@ class StateDictCheckpoint(L.Callback):
 
     @property
     def best_path(self) -> Path | None:
-        return self.dirpath / "best.pt" if self.dirpath else None
+        """The best weights (an older run resumed: its ``best.pt`` until replaced)."""
+        return weights_file(self.dirpath, "best") if self.dirpath else None
 
     @property
     def last_path(self) -> Path | None:
-        return self.dirpath / "last.pt" if self.dirpath else None
+        return weights_file(self.dirpath, "last") if self.dirpath else None
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.dirpath is None:
@@ -111,7 +116,9 @@ class StateDictCheckpoint(L.Callback):
         weights = {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}
         if not trainer.is_global_zero:
             return
-        path = save_state_dict(weights, self.dirpath / f"{name}.pt")
+        path = save_state_dict(weights, self.dirpath / f"{name}{WEIGHTS_SUFFIX}")
+        # an older run resumed: its .pt is superseded, and readers would otherwise have two
+        (self.dirpath / f"{name}{OLD_WEIGHTS_SUFFIX}").unlink(missing_ok=True)
         datamodule = trainer.datamodule
         write_json(
             path.with_suffix(".json"),
@@ -139,7 +146,7 @@ class StateDictCheckpoint(L.Callback):
         value = float(current)
         if not math.isfinite(value):
             log.warning(
-                "%s is %s at epoch %d: best.pt kept as it was",
+                "%s is %s at epoch %d: the best weights kept as they were",
                 self.monitor,
                 value,
                 trainer.current_epoch,

@@ -25,9 +25,18 @@ from experiments.errors import UserError, one_line
 from experiments.runs.files import read_json_object, read_yaml
 from experiments.runs.layout import RunDir
 
+# an option every command that opens a saved run takes: use a run whose files differ from
+# its manifest.json (one warning line per file) instead of refusing it
+TRUST_MODIFIED = "trust_modified"
+BOOLEANS = {"true": True, "false": False}
+
 
 def parse_args(argv: Sequence[str], own: dict[str, Any], usage: str) -> tuple[dict, list[str]]:
     """Split ``key=value`` arguments into the command's own options and config overrides.
+
+    ``trust_modified=true|false`` is checked here for every command and passed on with the
+    overrides, normalized: ``SavedRun`` (which every command opens a run through) takes it
+    out again (``split_trust``), so no command has to carry it.
 
     Args:
         argv: the arguments after the program name.
@@ -52,12 +61,32 @@ def parse_args(argv: Sequence[str], own: dict[str, Any], usage: str) -> tuple[di
         if key in own:
             # `run_dir=` (an unset shell variable) would otherwise mean the current folder
             options[key] = value if value or own[key] is not None else None
+        elif key == TRUST_MODIFIED:
+            overrides.append(f"{TRUST_MODIFIED}={str(_boolean(key, value)).lower()}")
         else:
             overrides.append(arg)
     missing = [k for k, v in options.items() if v is None]
     if missing:
         raise UserError(f"missing {', '.join(f'{k}=<...>' for k in missing)} (see --help)")
     return options, overrides
+
+
+def _boolean(key: str, value: str) -> bool:
+    if value.strip().lower() not in BOOLEANS:
+        raise UserError(f"{key}={value!r} is not valid: expected true or false")
+    return BOOLEANS[value.strip().lower()]
+
+
+def split_trust(overrides: Sequence[str]) -> tuple[bool, list[str]]:
+    """``(trust_modified, the other overrides)``: the option ``parse_args`` passed on."""
+    trust, rest = False, []
+    for arg in overrides:
+        key, _, value = arg.partition("=")
+        if key.strip() == TRUST_MODIFIED:
+            trust = _boolean(TRUST_MODIFIED, value)
+        else:
+            rest.append(arg)
+    return trust, rest
 
 
 def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
@@ -191,7 +220,8 @@ def resolved(cfg: DictConfig, key: str) -> Any:
 
 
 def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
-    """``best`` / ``last`` -> ``<run_dir>/checkpoints/<name>.pt``; else a file path.
+    """``best`` / ``last`` -> the run's ``checkpoints/<name>.safetensors`` (an older run's
+    ``<name>.pt``: ``RunDir.best_weights`` / ``last_weights``); else a file path.
 
     A relative file path is tried from the current folder, then from ``run_dir`` and
     ``run_dir/checkpoints``.
@@ -201,7 +231,8 @@ def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
     """
     run_dir = Path(run_dir)
     if ckpt in ("best", "last"):
-        path = run_dir / "checkpoints" / f"{ckpt}.pt"
+        layout = RunDir(run_dir)
+        path = layout.best_weights if ckpt == "best" else layout.last_weights
     else:
         path = Path(ckpt)
         if not path.is_absolute() and not path.exists():
@@ -213,7 +244,7 @@ def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
     if path.suffix == ".ckpt":
         raise UserError(
             f"checkpoint {path} is a full Lightning checkpoint (for resuming); "
-            f"give a weights-only .pt file: ckpt=best, ckpt=last or ckpt=<file.pt>"
+            f"give a weights-only file: ckpt=best, ckpt=last or ckpt=<file.safetensors|.pt>"
         )
     return path
 
@@ -224,7 +255,8 @@ MAX_CLASSES = 100_000
 
 
 def read_sidecar(ckpt: Path) -> dict:
-    """The ``.json`` written next to ``best.pt`` / ``last.pt``, or ``{}`` when there is none.
+    """The ``.json`` written next to a run's weights (``best.json`` beside
+    ``best.safetensors``), or ``{}`` when there is none.
 
     Its values are only ever read as data, and those we use are checked first:
     ``in_shape`` (``[C, H, W]``, at most ``MAX_SAMPLE`` elements), ``class_names`` (at most

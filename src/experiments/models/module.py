@@ -158,16 +158,18 @@ class ClassificationModule(L.LightningModule):
         return self.eval_net(x)
 
     def initialize_from(self, source: str | Path) -> dict[str, list[str]]:
-        """Load a finished run's ``best.pt`` (or any weights file) into the net by name: a
-        head of another class count stays new; one line reports what loaded."""
+        """Load a finished run's best weights (``best.safetensors``, an older run's
+        ``best.pt``) or any weights file into the net by name: a head of another class
+        count stays new; one line reports what loaded."""
         from experiments.models.weights_fit import load_fitted
+        from experiments.runs.layout import RunDir
 
         path = Path(str(source)).expanduser()
         if path.is_dir():
-            path = path / "checkpoints" / "best.pt"
+            path = RunDir(path).best_weights
             if not path.is_file():
                 raise UserError(
-                    f"model.init_from={source}: that run has no checkpoints/best.pt "
+                    f"model.init_from={source}: that run has no checkpoints/{path.name} "
                     "(it never finished a validation epoch)"
                 )
         label = f"model.init_from={source}"

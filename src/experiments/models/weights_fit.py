@@ -23,20 +23,10 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     """A name -> tensor dict from a ``.safetensors`` file or a weights-only torch file
     (a plain state_dict, or one under ``state_dict``/``model``; ``module.`` and
     ``_orig_mod.`` prefixes are dropped)."""
+    from experiments.runs.weights import safe_load
+
     path = Path(path)
-    if path.suffix == ".safetensors":
-        if not path.is_file():
-            raise UserError(f"weights file not found: {path}")
-        from safetensors.torch import load_file
-
-        try:
-            obj = load_file(str(path))
-        except Exception as err:  # noqa: BLE001 - any unreadable file is the user's to fix
-            raise UserError(f"weights file {path} cannot be read: {str(err)[:160]}") from None
-    else:
-        from experiments.runs.weights import safe_load
-
-        obj = safe_load(path)
+    obj = safe_load(path)  # by suffix: safetensors, else torch.load(weights_only=True)
     for key in _WRAPPERS:
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]

@@ -8,11 +8,16 @@ from pathlib import Path
 
 from experiments.errors import UserError, one_line
 from experiments.runs.files import read_json_object
+from experiments.runs.manifest import MANIFEST
 
 log = logging.getLogger(__name__)
 
 PREVIOUS_SUFFIX = ".prev"  # the full checkpoint before the newest one (see checkpoint_io)
 SIDECAR_NAMES = ("best.json", "last.json")
+# weights-only files: what runs write now, and what runs written before safetensors hold
+WEIGHTS_SUFFIX = ".safetensors"
+OLD_WEIGHTS_SUFFIX = ".pt"
+WEIGHTS_ROLES = ("best", "last")
 _NUMBER = (int, float)
 # the fields of a sidecar that training and resuming read, and the types they may have
 SIDECAR_TYPES = {
@@ -22,6 +27,32 @@ SIDECAR_TYPES = {
     "monitor": (str, type(None)),
     "value": (*_NUMBER, type(None)),
 }
+
+
+def weights_file(checkpoints: Path, role: str) -> Path:
+    """``<checkpoints>/<role>.safetensors`` (``role``: best or last), or an older run's
+    ``<role>.pt`` when only that exists: the one place either name is spelled."""
+    new = Path(checkpoints) / f"{role}{WEIGHTS_SUFFIX}"
+    old = new.with_suffix(OLD_WEIGHTS_SUFFIX)
+    return old if not new.exists() and old.is_file() else new
+
+
+def weights_role(path: str | Path) -> str | None:
+    """``best`` or ``last`` when ``path`` is named as a run's own weights file is (either
+    format), else None."""
+    name = Path(str(path)).name
+    for role in WEIGHTS_ROLES:
+        if name in (f"{role}{WEIGHTS_SUFFIX}", f"{role}{OLD_WEIGHTS_SUFFIX}"):
+            return role
+    return None
+
+
+def checkpoint_files(checkpoints: Path) -> list[Path]:
+    """The weights files and their sidecars that exist, best first (what trackers upload)."""
+    files = []
+    for role in WEIGHTS_ROLES:
+        files += [weights_file(checkpoints, role), Path(checkpoints) / f"{role}.json"]
+    return [f for f in files if f.is_file()]
 
 
 def sidecar_epoch(sidecar: dict) -> int:
@@ -56,7 +87,8 @@ class RunDir:
 
     <run>/.hydra/{config,overrides}.yaml   the composed config and the command's overrides
     <run>/checkpoints/last.ckpt[.prev]      full checkpoints (weights, optimizer, loops, RNG)
-    <run>/checkpoints/{best,last}.pt[.json] weights-only state_dicts + sidecars
+    <run>/checkpoints/{best,last}.safetensors  weights-only state_dicts (an older run: .pt)
+    <run>/checkpoints/{best,last}.json      their sidecars (epoch, metric, why chosen)
     <run>/hpc_ckpt_N.ckpt                   Lightning's SLURM pre-emption checkpoints
     <run>/metrics.json                      written when the run finished
     <run>/eval_metrics.json, reliability.png  experiments.eval (test metrics, ECE)
@@ -64,6 +96,7 @@ class RunDir:
     <run>/model.onnx | model.torchscript.pt, export.json   experiments.export
     <run>/model_card.md                     what the model is, refreshed by each of those
     <run>/env.json                          provenance (git, versions, host, SLURM job)
+    <run>/manifest.json                     every artifact's sha256 and size (runs.manifest)
     <run>/.lock                             held by the process training in it
     <run>/fold_<k>/                         cv.folds=K: one such run per fold (+ cv.md)
     """
@@ -82,16 +115,32 @@ class RunDir:
         return self.checkpoints / "last.ckpt"
 
     @property
+    def best_weights(self) -> Path:
+        """The best weights of this run: ``best.safetensors``, or an older run's ``best.pt``."""
+        return weights_file(self.checkpoints, "best")
+
+    @property
+    def last_weights(self) -> Path:
+        """The last epoch's weights: ``last.safetensors``, or an older run's ``last.pt``."""
+        return weights_file(self.checkpoints, "last")
+
+    @property
     def best_pt(self) -> Path:
-        return self.checkpoints / "best.pt"
+        """Old name of ``best_weights`` (callers written before safetensors)."""
+        return self.best_weights
+
+    @property
+    def manifest(self) -> Path:
+        """``manifest.json``: every artifact's sha256 and size (``runs.manifest``)."""
+        return self.path / MANIFEST
 
     @property
     def best_json(self) -> Path:
         return self.checkpoints / "best.json"
 
     def best_value(self, metric: str) -> float | None:
-        """``metric`` at the best epoch (the one ``best.pt`` holds, ``best.json``'s value),
-        when that is the metric ``best.pt`` was chosen by; else None. A corrupt ``best.json``
+        """``metric`` at the best epoch (the one ``best_weights`` holds, ``best.json``'s
+        value), when that is the metric it was chosen by; else None. A corrupt ``best.json``
         is a one-line warning naming it, and None: the caller's metrics.json value stands."""
         try:
             best = read_sidecar(self.best_json)

@@ -5,12 +5,24 @@ atomically, so that an edit made after the fact -- a swapped checkpoint, an edit
 What is listed: every regular file under the folder, except the manifest itself, logs that
 grow after the run (``*.log``), tracker folders that their own tools rewrite (``wandb/``,
 ``mlruns/``, ``csv/``, ``tensorboard/``), lock files and our own temp files. A symlink is
-never followed: it is listed as a link, by its target text.
+never followed: it is listed as a link, by its target text. A subfolder with a manifest of
+its own (a sweep's job, a cross-validation fold) is checked against its own, not listed in
+the parent's (``check_tree`` walks them all).
+
+The commands that add files to a finished run (eval, calibrate, export, predict) open it
+through ``SavedRun``, which checks the manifest first, and ``refresh`` it after they write:
+only what changed since that check is re-hashed, so a file that was already modified keeps
+its old entry and is never blessed.
+
+What it does not defend against: someone who can write the folder can also write a new
+manifest that matches their edits. It shows an accident or an edit made after the fact;
+authenticity needs a signature over the manifest, kept elsewhere.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from collections.abc import Iterable
@@ -20,28 +32,45 @@ from pathlib import Path
 from experiments.errors import UserError
 from experiments.runs.files import read_json_object, write_json
 
+log = logging.getLogger(__name__)
+
 MANIFEST = "manifest.json"
 VERSION = 1
 SKIPPED_DIRS = frozenset({"wandb", "mlruns", "csv", "tensorboard", "__pycache__", "profile"})
-SKIPPED_NAMES = frozenset({MANIFEST, ".lock"})
+SKIPPED_NAMES = frozenset({MANIFEST})
+JOB_RECORD = "job.json"  # runs.sweep.JOB_FILE (runs.sweep imports layout, which imports this)
 CHUNK = 1 << 20
 
 
 def _listed(path: Path) -> bool:
     name = path.name
     return not (
-        name in SKIPPED_NAMES or name.endswith((".log", ".tmp")) or name.startswith(".write-check.")
+        name in SKIPPED_NAMES
+        or name.endswith((".log", ".tmp", ".lock", "-journal"))
+        or name.startswith(".write-check.")
     )
 
 
 def artifacts(folder: Path) -> Iterable[Path]:
-    """The files a manifest of ``folder`` lists, relative to it, in a stable order."""
+    """The files a manifest of ``folder`` lists, relative to it, in a stable order.
+
+    A subfolder with its own manifest (a sweep's job) is left to it, except its
+    ``job.json``: the sweep writes that record after the job's manifest, so the sweep's
+    manifest lists it and the job's does not.
+    """
+    folder = Path(folder)
     for root, dirs, files in os.walk(folder, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("fold_"))
-        for name in sorted(files):
-            path = Path(root) / name
-            if _listed(path):
-                yield path.relative_to(folder)
+        here = Path(root)
+        own = [d for d in dirs if (here / d / MANIFEST).exists()]
+        dirs[:] = sorted(
+            d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("fold_") and d not in own
+        )
+        listed = [here / n for n in files if _listed(here / n)]
+        if here == folder:
+            listed = [p for p in listed if p.name != JOB_RECORD]
+        listed += [here / d / JOB_RECORD for d in own if (here / d / JOB_RECORD).is_file()]
+        for path in sorted(listed):
+            yield path.relative_to(folder)
 
 
 def digest(path: Path) -> dict:
@@ -61,10 +90,17 @@ def digest(path: Path) -> dict:
 def write_manifest(folder: str | os.PathLike) -> Path:
     """Hash every artifact of ``folder`` into ``<folder>/manifest.json`` (atomically; last)."""
     folder = Path(folder)
-    files = {str(rel): digest(folder / rel) for rel in artifacts(folder)}
+    return _write(folder, {str(rel): digest(folder / rel) for rel in artifacts(folder)})
+
+
+def _write(folder: Path, files: dict[str, dict]) -> Path:
     return write_json(
         folder / MANIFEST,
-        {"version": VERSION, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files},
+        {
+            "version": VERSION,
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "files": dict(sorted(files.items())),
+        },
     )
 
 
@@ -78,10 +114,12 @@ class Integrity:
     modified: list[str] = field(default_factory=list)  # size or sha256 differs
     missing: list[str] = field(default_factory=list)  # listed, no longer there
     unlisted: list[str] = field(default_factory=list)  # there, not listed (added later)
+    seen: dict[str, dict] = field(default_factory=dict)  # every file's digest when checked
 
     @property
     def intact(self) -> bool:
-        return self.has_manifest and not (self.modified or self.missing)
+        """A manifest, and every file as it lists (none modified, missing or added)."""
+        return self.has_manifest and not (self.modified or self.missing or self.unlisted)
 
     def lines(self) -> list[str]:
         """One line per finding, naming the file."""
@@ -137,42 +175,101 @@ def check_integrity(folder: str | os.PathLike, only: Iterable[str] | None = None
             result.missing.append(name)
             continue
         result.checked += 1
-        now = digest(path)
-        if now["size"] != entry["size"] or now["sha256"] != entry["sha256"]:
+        now = result.seen[name] = digest(path)
+        if not _same(now, entry):
             result.modified.append(name)
     if only is None:
         listed = set(entries)
         result.unlisted = [str(rel) for rel in artifacts(folder) if str(rel) not in listed]
+        result.seen.update({name: digest(folder / name) for name in result.unlisted})
     return result
 
 
-def require_intact(
-    folder: str | os.PathLike, files: Iterable[str | os.PathLike], trust_modified: bool = False
-) -> None:
-    """Refuse to use files of a run that differ from its manifest (or were added after it).
+def _same(a: dict, b: dict) -> bool:
+    return a["size"] == b["size"] and a["sha256"] == b["sha256"]
 
-    A run without a manifest (an older one) passes: there is nothing to check against.
-    Files outside ``folder`` are not the run's and are not checked.
+
+def check_tree(folder: str | os.PathLike) -> list[Integrity]:
+    """``check_integrity`` of ``folder`` and of every subfolder with a manifest of its own
+    (a sweep's jobs, cross-validation folds), the folder first."""
+    folder = Path(folder)
+    found = [check_integrity(folder)]
+    for root, dirs, _ in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        for d in dirs:
+            if (Path(root) / d / MANIFEST).is_file():
+                found.append(check_integrity(Path(root) / d))
+    return found
+
+
+def refresh(folder: str | os.PathLike, before: Integrity) -> Path | None:
+    """Update ``folder``'s manifest after a command wrote into it: a file that changed (or
+    appeared, or went) since ``before`` -- the check made when the command opened the run
+    -- was written by the command and gets a new entry; every other entry stays as it was.
+    So a file that was already modified, missing or added before the command keeps being
+    reported, however the command was told to trust it.
+
+    A folder without a manifest (an older run) gets none: nothing was checked, so a new one
+    would vouch for files nobody compared. Returns the manifest, or None.
+    """
+    folder = Path(folder)
+    entries = _entries(folder)
+    if entries is None or not before.has_manifest:
+        return None
+    files = dict(entries)
+    now = {str(rel): digest(folder / rel) for rel in artifacts(folder)}
+    for name, current in now.items():
+        then = before.seen.get(name)
+        if then is None or not _same(current, then):  # written by the command
+            files[name] = current
+    for name in set(before.seen) - set(now):  # removed by the command
+        files.pop(name, None)
+    return _write(folder, files)
+
+
+def require_intact(
+    folder: str | os.PathLike, files: Iterable[str | os.PathLike] = (), trust_modified=False
+) -> Integrity:
+    """Check a run before a command uses it; refuse one that was modified after the fact.
+
+    Any listed file that differs from the manifest refuses the run (the commands write a
+    model card from all of its files, and a run with an edited file is not the run that was
+    trained); ``files`` -- the ones the command reads, e.g. its checkpoint -- are refused
+    when missing or added after the run too (a ``best.pt`` dropped beside the run's
+    ``best.safetensors``). A run without a manifest (an older one) passes: there is nothing
+    to check against. Files outside ``folder`` are not the run's and are not checked.
+
+    Returns:
+        What was found (hand it to ``refresh`` after writing into the run).
 
     Raises:
-        UserError: naming the first file whose hash does not match, and the way out
-            (``trust_modified=true``); the commands exit 1 on it, as tampering.
+        TamperedError: naming the first file that does not match, how many more, and the
+            way out (``trust_modified=true``); the commands exit 1 on it, as tampering.
     """
-    if trust_modified:
-        return
-    folder = Path(folder).resolve()
-    rel = []
+    folder = Path(folder)
+    result = check_integrity(folder)
+    root = folder.resolve()
+    used = set()
     for f in files:
-        path = Path(f).resolve() if Path(f).is_absolute() else (folder / f).resolve()
-        if path.is_relative_to(folder):
-            rel.append(str(path.relative_to(folder)))
-    result = check_integrity(folder, rel)
-    if result.has_manifest and (result.modified or result.missing or result.unlisted):
-        raise TamperedError(
-            f"{result.lines()[0]}; refusing to use it (experiments-verify {folder} integrity=true "
-            f"lists every difference; trust_modified=true uses it anyway)"
-        )
+        path = Path(f).resolve() if Path(f).is_absolute() else (root / f).resolve()
+        if path.is_relative_to(root):
+            used.add(str(path.relative_to(root)))
+    bad = [*result.modified, *(f for f in result.missing + result.unlisted if f in used)]
+    if not bad:
+        return result
+    lines = [line for line in result.lines() if any(str(folder / b) in line for b in bad)]
+    if trust_modified:
+        for line in lines:
+            log.warning("%s (used anyway: trust_modified=true)", line)
+        return result
+    more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+    raise TamperedError(
+        f"{lines[0]}{more}; refusing to use the run (experiments-verify {folder} "
+        f"integrity=true lists every difference; trust_modified=true uses it anyway)"
+    )
 
 
 class TamperedError(UserError):
     """A run's file differs from its manifest: the commands exit 1 (tampering), not 2."""
+
+    exit_code = 1
