@@ -81,14 +81,19 @@ def test_a_temperature_outside_the_range_is_refused_in_one_line(saturated_run, t
     import shutil
 
     run = shutil.copytree(saturated_run, tmp_path / "run")
-    (run / "calibration.json").write_text(json.dumps({"temperature": 0.0007, "ckpt": "best.pt"}))
+    old = {"temperature": 0.0007, "ckpt": "best.safetensors"}
+    (run / "calibration.json").write_text(json.dumps(old))
     images = saturated_run.parent / "data" / "images"
     for args in (["experiments.predict", f"input={images}", f"output={tmp_path / 'p.csv'}"],
                  ["experiments.eval"]):  # fmt: skip
-        res = run_cli("-m", args[0], f"run_dir={run}", *args[1:], cwd=tmp_path)
+        # trust_modified: the edit is ours (the manifest would refuse the run first)
+        res = run_cli("-m", args[0], f"run_dir={run}", *args[1:], "trust_modified=true",
+                      cwd=tmp_path)  # fmt: skip
         lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
         assert res.returncode == 2, res.stderr[-2000:]
-        assert len(lines) == 1 and "temperature 0.0007 is outside [0.05, 20]" in lines[0], lines
+        assert len(lines) == 1 and "temperature 0.0007 is not a number in [0.05, 20]" in lines[0], (
+            lines
+        )
         assert "experiments-calibrate" in lines[0]
 
 

@@ -49,8 +49,11 @@ def trained_run(tmp_path_factory, data_dir) -> Path:
 
 @pytest.fixture
 def run_copy(trained_run, tmp_path) -> Path:
-    """A private copy of the run, free to tamper with."""
-    return Path(shutil.copytree(trained_run, tmp_path / "run_copy"))
+    """A private copy of the run, free to tamper with: without its manifest.json, as an
+    older run has none, so eval's own checks answer (the manifest's are test_manifest's)."""
+    copy = Path(shutil.copytree(trained_run, tmp_path / "run_copy"))
+    (copy / "manifest.json").unlink(missing_ok=True)
+    return copy
 
 
 def edit_config(run_dir: Path, edit) -> None:
@@ -74,7 +77,7 @@ def test_reproduces_the_runs_test_acc_exactly(trained_run):
     assert metrics["test/acc"] == trained["test/acc"]
     saved = json.loads((trained_run / "eval_metrics.json").read_text())
     assert saved["test/acc"] == trained["test/acc"]
-    assert saved["ckpt"] == str((trained_run / "checkpoints" / "best.pt").resolve())
+    assert saved["ckpt"] == str((trained_run / "checkpoints" / "best.safetensors").resolve())
     assert (
         saved["ckpt_epoch"]
         == json.loads((trained_run / "checkpoints" / "best.json").read_text())["epoch"]
@@ -91,17 +94,19 @@ def test_reproduces_the_runs_test_acc_exactly(trained_run):
 def test_ckpt_last_and_a_file_path(run_copy):
     last = evaluate(run_copy, ckpt="last")
     saved = json.loads((run_copy / "eval_metrics.json").read_text())
-    assert saved["ckpt"].endswith("last.pt") and 0.0 <= last["test/acc"] <= 1.0
+    assert saved["ckpt"].endswith("last.safetensors") and 0.0 <= last["test/acc"] <= 1.0
     sidecar = json.loads((run_copy / "checkpoints" / "last.json").read_text())
     assert saved["ckpt_epoch"] == sidecar["epoch"]
-    moved = shutil.copy(run_copy / "checkpoints" / "last.pt", run_copy / "elsewhere.pt")
+    moved = shutil.copy(
+        run_copy / "checkpoints" / "last.safetensors", run_copy / "elsewhere.safetensors"
+    )
     assert evaluate(run_copy, ckpt=str(moved)) == last
 
 
 def test_corrupt_or_missing_checkpoint_names_the_file(run_copy):
-    best = run_copy / "checkpoints" / "best.pt"
+    best = run_copy / "checkpoints" / "best.safetensors"
     best.write_bytes(best.read_bytes()[:100])  # truncated, as by a kill mid-copy
-    with pytest.raises(UserError, match="best.pt"):
+    with pytest.raises(UserError, match="best.safetensors"):
         evaluate(run_copy)
     with pytest.raises(UserError, match="checkpoint not found: .*nope.pt"):
         evaluate(run_copy, ckpt="nope.pt")
@@ -211,3 +216,21 @@ def test_cli_help(tmp_path):
     res = run_cli("-m", "experiments.eval", "--help", cwd=tmp_path)
     assert res.returncode == 0 and "run_dir=" in res.stdout and "ckpt=" in res.stdout
     assert "python -m experiments.eval" in res.stdout
+
+
+def test_each_checkpoints_evaluation_is_kept_and_names_its_epoch_and_count(run_copy):
+    """eval ckpt=last no longer replaces what the card knows of the best weights: each checkpoint's
+    latest result is kept under "evaluations", with its epoch and test sample count."""
+    last = evaluate(run_copy, "last")
+    best = evaluate(run_copy, "best")
+    saved = json.loads((run_copy / "eval_metrics.json").read_text())
+    assert saved["ckpt_name"] == "best.safetensors" and saved["test/acc"] == best["test/acc"]
+    kept = saved["evaluations"]
+    assert sorted(kept) == ["best.safetensors", "last.safetensors"]
+    assert kept["last.safetensors"]["test/acc"] == last["test/acc"]
+    sidecar = json.loads((run_copy / "checkpoints" / "last.json").read_text())
+    assert kept["last.safetensors"]["ckpt_epoch"] == sidecar["epoch"]
+    counts = json.loads((run_copy / "data_counts.json").read_text())
+    assert kept["last.safetensors"]["samples"] == {"test": sum(counts["test"].values())}
+    card = (run_copy / "model_card.md").read_text()
+    assert f"## Test results: last.safetensors (last epoch {sidecar['epoch']})" in card

@@ -123,6 +123,10 @@ def test_the_exported_model_gives_pytorchs_logits(finished_run, tmp_path, fmt):
 
 @pytest.mark.slow
 def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_run, tmp_path):
+    """The normal case: a validation split large enough and not saturated gets a T in range
+    that lowers its NLL, and predict says in one line that it applies it, from which file."""
+    from experiments.analysis.calibration import T_RANGE
+
     run = _copy(finished_run, tmp_path)
     images = tmp_path / "images"
     images.mkdir()
@@ -135,16 +139,25 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
         res = run_cli("-m", "experiments.predict", f"run_dir={run}", f"input={images}",
                       f"output={out}", cwd=tmp_path)  # fmt: skip
         assert res.returncode == 0, res.stderr[-2000:]
-        return [(r["predicted"], float(r["probability"])) for r in csv.DictReader(out.open())]
+        rows = [(r["predicted"], float(r["probability"])) for r in csv.DictReader(out.open())]
+        return rows, [ln for ln in res.stderr.splitlines() if "calibration.json" in ln]
 
-    before = probabilities("before.csv")
+    before, said = probabilities("before.csv")
+    assert said == []  # not calibrated: nothing to say
     res = run_cli("-m", "experiments.calibrate", f"run_dir={run}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads((run / "calibration.json").read_text())
+    assert report["applied"] is True and T_RANGE[0] < report["temperature"] < T_RANGE[1]
+    assert report["val/n"] >= 100 and report["ckpt"] == "best.safetensors"
     assert report["val/ece_after"] < report["val/ece_before"]
-    assert report["val/nll_after"] <= report["val/nll_before"]
-    assert "temperature=" in res.stdout
-    after = probabilities("after.csv")
+    assert report["val/nll_after"] < report["val/nll_before"]
+    assert all(c["nll_after"] < c["nll_before"] for c in report["cross_fit"])
+    assert f"temperature={report['temperature']:.4f} fitted: " in res.stdout
+    assert f"val split (n={report['val/n']}): NLL " in res.stdout
+    after, said = probabilities("after.csv")
+    assert len(said) == 1, said
+    assert f"probabilities temperature-scaled: T = {report['temperature']:.4g} from " in said[0]
+    assert "calibration.json (fitted on the validation split for best.safetensors" in said[0]
     assert [p for p, _ in after] == [p for p, _ in before]  # a temperature keeps the argmax
     assert [q for _, q in after] != [q for _, q in before]
     res = run_cli("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path)
@@ -153,8 +166,17 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
     assert 0 <= evaluated["test/ece_calibrated"] <= 1 and 0 <= evaluated["test/ece"] <= 1
     assert (run / "reliability.png").is_file()
     card = (run / "model_card.md").read_text()
-    assert "Temperature scaling, T = " in card and "## Test results" in card
+    assert f"- T = {report['temperature']:.4g} applied: " in card
+    assert "## Test results: best.safetensors (selected epoch 4)" in card
     assert "| test/acc |" in card and "(n=" in card
+    assert "| test/ece after calibration |" in card
+    # the temperature belongs to the best weights: the last ones are left as they are
+    res = run_cli("-m", "experiments.predict", f"run_dir={run}", f"input={images}", "ckpt=last",
+                  f"output={tmp_path / 'last.csv'}", cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (
+        "was fitted for best.safetensors, not last.safetensors: probabilities are not" in res.stderr
+    )
 
 
 @pytest.mark.parametrize(
@@ -175,9 +197,9 @@ def test_export_and_calibrate_mistakes_are_one_line(finished_run, tmp_path, comm
 
 def test_a_run_without_best_pt_is_refused_by_export(finished_run, tmp_path):
     run = _copy(finished_run, tmp_path)
-    (run / "checkpoints" / "best.pt").unlink()
+    (run / "checkpoints" / "best.safetensors").unlink()
     res = run_cli("-m", "experiments.export", f"run_dir={run}", cwd=tmp_path)
-    assert res.returncode == 2 and "best.pt" in res.stderr.strip().splitlines()[-1]
+    assert res.returncode == 2 and "best.safetensors" in res.stderr.strip().splitlines()[-1]
 
 
 def test_a_missing_onnx_runtime_names_the_extra():

@@ -106,6 +106,7 @@ def calibrate(run_dir, ckpt: str = "best", overrides=()) -> dict:
     write_json(run.layout.calibration, report)
     reliability_diagram(run.layout.reliability_png, curves)
     write_model_card(run.path)
+    run.refresh_manifest()  # last: what this command wrote, re-hashed (experiments-verify)
     return report
 
 

@@ -116,11 +116,12 @@ def evaluate(
         labels.numel(),
     )
     # the newest evaluation at the top (as before), and every checkpoint's latest one kept
-    # under "evaluations", so the card shows best.pt and last.pt apart, each labelled
+    # under "evaluations", so the card shows the best and last weights apart, each labelled
     summary["evaluations"] = {**_earlier(run.layout), name: dict(summary)}
     write_json(run.layout.eval_metrics, summary)
     _compare_with_training(run.layout, run.ckpt, metrics)
     write_model_card(run.path)
+    run.refresh_manifest()  # last: what this command wrote, re-hashed (experiments-verify)
     return metrics
 
 

@@ -82,6 +82,7 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
     report[fmt] = check
     write_json(run.layout.export_report, report)
     write_model_card(run.path)
+    run.refresh_manifest()  # last: what this command wrote, re-hashed (experiments-verify)
     return check
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write, read_json_object, read_yaml
-from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch
+from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch, weights_role
 
 SPLITS = ("train", "val", "test")
 # Markdown punctuation that could start markup inline or end a table cell; "<" and "&" are
@@ -61,11 +61,14 @@ def _num(value: Any, spec: str = ".4f") -> str:
 
 
 def checkpoint_name(layout: RunDir, path: Any) -> str:
-    """``best.pt`` / ``last.pt`` for the run's own checkpoints, else the file's full path
-    (``?`` for something that is not a path): how run files record a checkpoint."""
+    """The run's own weights by file name (``best.safetensors``, ``last.safetensors``, an
+    older run's ``best.pt``), anything else by its full path (``?`` for what is not a path):
+    how run files record a checkpoint."""
+    if not isinstance(path, str | Path):
+        return "?"
     try:
-        resolved = Path(str(path)).resolve()
-        for own in (layout.best_pt, layout.last_json.with_suffix(".pt")):
+        resolved = Path(path).resolve()
+        for own in (layout.best_weights, layout.last_weights):
             if resolved == own.resolve():
                 return own.name
         return str(resolved)
@@ -73,22 +76,30 @@ def checkpoint_name(layout: RunDir, path: Any) -> str:
         return "?"
 
 
+def _own_role(name: Any) -> str | None:
+    """``best`` / ``last`` for a name ``checkpoint_name`` gives the run's own weights."""
+    if not isinstance(name, str) or "/" in name or "\\" in name:
+        return None
+    return weights_role(name)
+
+
 def checkpoint_label(name: Any, epoch: Any) -> str:
-    """A checkpoint as people read it: ``best.pt (selected epoch 3)``, ``last.pt (last
-    epoch 5)``, ``<file> (epoch 2)``; the epoch says ``not recorded`` when unknown."""
+    """A checkpoint as people read it: ``best.safetensors (selected epoch 3)``,
+    ``last.safetensors (last epoch 5)``, ``<file> (epoch 2)``; ``not recorded`` when the
+    epoch is unknown."""
     known = isinstance(epoch, int) and not isinstance(epoch, bool)
     at = str(epoch) if known else "not recorded"
-    if name == "best.pt":
-        return f"best.pt (selected epoch {at})"
-    if name == "last.pt":
-        return f"last.pt (last epoch {at})"
+    role = _own_role(name)
+    if role == "best":
+        return f"{name} (selected epoch {at})"
+    if role == "last":
+        return f"{name} (last epoch {at})"
     return f"{name} (epoch {at})"
 
 
 def _label(name: Any, epoch: Any) -> str:
     """``checkpoint_label`` for the card: a name that is not ours came from a file."""
-    own = name in ("best.pt", "last.pt")
-    return checkpoint_label(name if own else md_code(name), epoch)
+    return checkpoint_label(name if _own_role(name) else md_code(name), epoch)
 
 
 def _epoch_of(sidecar_file: Path) -> int | None:
@@ -117,15 +128,13 @@ def applied_temperature(layout: RunDir, ckpt: Path) -> tuple[float | None, str |
     number = isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
     if not number or not T_RANGE[0] <= t <= T_RANGE[1]:
         raise UserError(
-            f"{path}: temperature {str(t)[:40]} is outside [{T_RANGE[0]:g}, {T_RANGE[1]:g}] "
-            f"(a fit from before that bound?); run experiments-calibrate run_dir={layout.path} "
-            f"again, or delete the file"
+            f"{path}: temperature {str(t)[:40]} is not a number in [{T_RANGE[0]:g}, "
+            f"{T_RANGE[1]:g}] (a fit from before that bound?); run experiments-calibrate "
+            f"run_dir={layout.path} again, or delete the file"
         )
     name = checkpoint_name(layout, ckpt)
     fitted_for = saved.get("ckpt")
-    fitted_for = (
-        fitted_for if fitted_for in ("best.pt", "last.pt") else checkpoint_name(layout, fitted_for)
-    )
+    fitted_for = fitted_for if _own_role(fitted_for) else checkpoint_name(layout, fitted_for)
     epoch, now = saved.get("ckpt_epoch"), _epoch_of(ckpt.with_suffix(".json"))
     again = f"run experiments-calibrate run_dir={layout.path} ckpt=<it> to fit one"
     if fitted_for != name:
@@ -198,7 +207,7 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     """Write ``<run>/model_card.md`` whole from the run's files (``counts``: ``split_counts``,
     kept in the run's ``data_counts.json`` so later writers have them too).
 
-    Every number names its checkpoint (``best.pt``/``last.pt`` with its epoch), split and
+    Every number names its checkpoint (the best or last weights with its epoch), split and
     sample count; each command that changes a file the card reads (train, eval, calibrate,
     export) writes it again from all of them, so it never mixes an old card with a new file.
     """
@@ -215,8 +224,8 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     lines = [f"# Model card: {md_text(layout.path.name)}", ""]
     lines += _data(cfg, counts)
     lines += _recipe(cfg, layout)
-    lines += _checkpoints(best, last, n.get("val"))
-    lines += _results(layout, metrics, best, n.get("test"))
+    lines += _checkpoints(layout, best, last, n.get("val"))
+    lines += _results(layout, metrics, best, last, n.get("test"))
     lines += _calibration(layout, read_json_object(layout.calibration), best, last)
     lines += _export(layout, read_json_object(layout.export_report))
     lines += [
@@ -286,8 +295,8 @@ def _n(count: Any) -> str:
     return f"n={count}" if isinstance(count, int) and not isinstance(count, bool) else "n=?"
 
 
-def _checkpoints(best: dict, last: dict, n_val: int | None) -> list[str]:
-    """Which epoch ``best.pt`` holds and why, the warnings about the split that chose it,
+def _checkpoints(layout: RunDir, best: dict, last: dict, n_val: int | None) -> list[str]:
+    """Which epoch the best weights hold and why, the warnings about the split that chose it,
     and the last epoch's value of the same metric, labelled as the last one."""
     if not best and not last:
         return []
@@ -296,7 +305,7 @@ def _checkpoints(best: dict, last: dict, n_val: int | None) -> list[str]:
     if best:
         monitor = md_text(best.get("monitor", "?"))
         lines.append(
-            f"- selected: {_label('best.pt', _epoch(best))}, {monitor} = "
+            f"- selected: {_label(layout.best_weights.name, _epoch(best))}, {monitor} = "
             f"{_num(best.get('value'))} {on_val}; eval, predict, calibrate and export use it "
             f"unless given ckpt="
         )
@@ -308,7 +317,7 @@ def _checkpoints(best: dict, last: dict, n_val: int | None) -> list[str]:
     if last:
         monitor = md_text(last.get("monitor", "?"))
         lines.append(
-            f"- last epoch: {_label('last.pt', _epoch(last))}, {monitor} = "
+            f"- last epoch: {_label(layout.last_weights.name, _epoch(last))}, {monitor} = "
             f"{_num(last.get('value'))} {on_val} (the last epoch's value, not the selected one)"
         )
     return lines + [""]
@@ -331,24 +340,32 @@ def _evaluations(layout: RunDir) -> dict[str, dict]:
     return {str(name): saved}
 
 
-def _results(layout: RunDir, metrics: dict, best: dict, n_test: int | None) -> list[str]:
+def _results(
+    layout: RunDir, metrics: dict, best: dict, last: dict, n_test: int | None
+) -> list[str]:
     """One section per checkpoint tested: the selected one first (training's own test of
-    ``best.pt``, or eval's of the same epoch), then each other one eval tested."""
+    best weights, or eval's of the same epoch), then each other one eval tested."""
     evaluated = _evaluations(layout)
     sections = []
-    best_epoch = _epoch(best) if best else None
-    from_eval = evaluated.pop("best.pt", None)
-    if from_eval is not None and from_eval.get("ckpt_epoch") not in (None, best_epoch):
-        evaluated["best.pt"] = from_eval  # an older best.pt: shown apart, with its epoch
+    now = {"best": _epoch(best) if best else None, "last": _epoch(last) if last else None}
+    best_name = layout.best_weights.name
+    from_eval = evaluated.pop(best_name, None)
+    if from_eval is not None and from_eval.get("ckpt_epoch") not in (None, now["best"]):
+        evaluated[best_name] = from_eval  # an older best weights file: shown apart
         from_eval = None
     if from_eval is not None:
-        sections.append((_label("best.pt", best_epoch), from_eval, _eval_source(from_eval)))
+        sections.append((_label(best_name, now["best"]), from_eval, _eval_source(from_eval)))
     elif "test/acc" in metrics:
-        # training tests best.pt when it saved one, else the final weights
-        label = _label("best.pt", best_epoch) if best else "the final weights (no checkpoint)"
+        # training tests the best weights when it saved them, else the final weights
+        label = _label(best_name, now["best"]) if best else "the final weights (no checkpoint)"
         sections.append((label, metrics, "the test at the end of training (metrics.json)"))
     for name, record in evaluated.items():
-        sections.append((_label(name, record.get("ckpt_epoch")), record, _eval_source(record)))
+        epoch, holds = record.get("ckpt_epoch"), now.get(_own_role(name) or "")
+        if isinstance(epoch, int) and holds is not None and epoch != holds:  # replaced since
+            label = f"{name} as it was at epoch {_num(epoch, 'd')} (it now holds epoch {holds})"
+        else:
+            label = _label(name, epoch)
+        sections.append((label, record, _eval_source(record)))
     if not sections:
         return ["## Test results", "", "No test split was evaluated.", ""]
     lines = []
@@ -406,7 +423,7 @@ def _calibration(layout: RunDir, saved: dict, best: dict, last: dict) -> list[st
     if not saved:
         return lines + ["Not temperature-scaled: run `experiments-calibrate run_dir=<run>`.", ""]
     name = saved.get("ckpt")
-    name = name if name in ("best.pt", "last.pt") else checkpoint_name(layout, name)
+    name = name if _own_role(name) else checkpoint_name(layout, name)
     label = _label(name, saved.get("ckpt_epoch"))
     t, reason = saved.get("temperature"), saved.get("reason")
     lines.append(f"- for {label}, fitted on the validation split")
@@ -429,7 +446,7 @@ def _calibration(layout: RunDir, saved: dict, best: dict, last: dict) -> list[st
     warnings = saved.get("warnings")
     for warning in warnings if isinstance(warnings, list) else []:
         lines.append(f"- warning: {md_text(warning, 400)}")
-    now = {"best.pt": _epoch(best), "last.pt": _epoch(last)}.get(name)
+    now = {"best": _epoch(best), "last": _epoch(last)}.get(_own_role(name))
     fitted_at = saved.get("ckpt_epoch")
     if now is not None and isinstance(fitted_at, int) and fitted_at != now:
         lines.append(
