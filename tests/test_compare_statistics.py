@@ -13,6 +13,7 @@ import csv
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,6 @@ from experiments.analysis.groups import compare
 from experiments.analysis.report import markdown
 from experiments.analysis.runs import group_config
 from experiments.analysis.stats import summarize
-from experiments.analysis.verdict import MAX_SEEDS, decide, holm
 from experiments.compare import main
 from experiments.tracking.importance import is_replicate
 from tests.conftest import run_cli
@@ -133,8 +133,10 @@ def test_seeds_needed_is_bounded(tmp_path, capsys):
     runs_of(tmp_path / "runs", {0.1: [0.8201, 0.85, 0.80], 0.2: [0.85, 0.80, 0.82]})
     main([str(tmp_path / "runs"), f"out={tmp_path / 'cmp'}"])
     out = capsys.readouterr().out
-    assert f"more than {MAX_SEEDS} seeds per group would be needed to tell g1 from g2" in out
-    assert not any(len(n) > 3 for n in __import__("re").findall(r"about (\d+) seeds", out))
+    assert "more than 100 seeds per group would be needed to tell g1 from g2" in out
+    assert not any(len(n) > 3 for n in re.findall(r"about (\d+) seeds", out))
+    from experiments.analysis.verdict import MAX_SEEDS, decide
+
     verdict = compare([str(tmp_path / "runs")]).verdict
     assert verdict is not None and verdict.seeds_needed == MAX_SEEDS + 1
     # a difference the seeds nearly decide: a modest number, above the seeds run
@@ -160,6 +162,8 @@ def test_seeds_and_other_replicate_keys_are_not_part_of_a_groups_identity(tmp_pa
 
 
 def test_shared_seeds_are_compared_paired_and_many_groups_holm_corrected(tmp_path):
+    from experiments.analysis.verdict import decide, holm
+
     stats = pytest.importorskip("scipy.stats")
     # each seed moves both configs alike: paired, g1 is consistently better; unpaired, the
     # seed-to-seed spread hides it
@@ -193,6 +197,8 @@ def test_null_comparisons_name_a_false_winner_at_most_5_percent_of_the_time():
     a bound a correct 5% test passes with probability > 0.99. The same function finds a
     real difference of 3 standard deviations most of the time: not a test that never
     decides."""
+    from experiments.analysis.verdict import decide
+
     rng = random.Random(33)
     false = 0
     for draw in range(NULL_DRAWS):
