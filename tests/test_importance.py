@@ -48,11 +48,17 @@ def test_an_optuna_search_shows_fanova_importance(tmp_path):
         _job(tmp_path, num, [f"optimizer.lr={lr}", f"optimizer.weight_decay={wd}"], value)
     importance = _importance(study)
     assert set(importance) == {"lr", "wd"} and importance["lr"] > importance["wd"]
-    (tmp_path / "optimization_results.yaml").write_text(yaml.safe_dump({"importance": importance}))
+    results = {"importance": importance, "importance_evaluator": "FanovaImportanceEvaluator"}
+    (tmp_path / "optimization_results.yaml").write_text(yaml.safe_dump(results))
     write_summary(tmp_path, "val/acc", "max")
     summary = (tmp_path / "summary.md").read_text()
-    assert "Optuna's fANOVA importance" in summary and f"| lr | {importance['lr']:.4f} |" in summary
+    assert "importance by fANOVA (optuna.importance.FanovaImportanceEvaluator)" in summary
+    assert f"| lr | {importance['lr']:.4f} |" in summary
     assert _importance(optuna.create_study()) == {}  # no finished trial: none, not an error
+    # a file written before the evaluator was recorded: not labelled with a guess
+    (tmp_path / "optimization_results.yaml").write_text(yaml.safe_dump({"importance": importance}))
+    write_summary(tmp_path, "val/acc", "max")
+    assert "the evaluator was not recorded" in (tmp_path / "summary.md").read_text()
 
 
 def test_seeds_are_replicates_not_hyperparameters(tmp_path):

@@ -12,8 +12,10 @@ import contextlib
 import logging
 import sys
 import time
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
@@ -71,9 +73,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if trainer.is_global_zero:
             write_environment(run_dir, cfg.seed, str(trainer.strategy.root_device), git())
         resume_gc()  # start-up is over: what it allocated stays, so later collections skip it
-        metrics = _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_from)
+        metrics, chosen = _fit_and_test(
+            cfg, trainer, model, datamodule, callbacks, loggers, resume_from
+        )
         summary = {
             **metrics,
+            **chosen.record(),
             "seed": cfg.seed,
             "run_dir": str(run_dir.resolve()),
             "wall_time_s": round(time.perf_counter() - start, 3),
@@ -84,14 +89,121 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if trainer.is_global_zero:
             from experiments.model_card import split_counts, write_model_card
             from experiments.runs.files import write_json
+            from experiments.runs.manifest import write_manifest
 
             write_json(RunDir(run_dir).metrics, summary)
             write_model_card(run_dir, split_counts(datamodule))
-    shown = "  ".join(f"{k}={metrics[k]:.4f}" for k in ("val/acc", "test/acc") if k in metrics)
+            write_manifest(run_dir)  # last: every artifact's sha256 (experiments-verify)
+    shown = chosen.done_line(metrics, summary["epochs"])
     log.info("done in %.1f s: %s  (%s)", summary["wall_time_s"], shown, run_dir, extra=SWEEP_LINE)
     if trainer.is_global_zero:
-        log.info("%s", metrics_table(metrics))
+        log.info("%s", metrics_table(chosen.table(metrics)))
     return metrics
+
+
+@dataclass
+class ChosenEpoch:
+    """The epoch whose weights ``best.pt`` keeps (``checkpoints/best.json``), the one every
+    reported validation number refers to: the done line, the final table, ``metrics.json``
+    and the trackers' summaries. ``epoch`` None: no ``best.pt`` (``debug=fast``, or no
+    checkpoint callback), so the numbers are the last epoch's and say so.
+
+    Attributes:
+        monitor: the metric ``best.pt`` was chosen by (``optimized_metric``).
+        value: its value at ``epoch``.
+        epoch: 1-based.
+        reason: why that epoch was chosen (ties, a fine-tune's head-only epochs).
+        warnings: why the validation split may not rank epochs well (too small, saturated).
+        val: ``val/*`` values known at ``epoch`` (the monitored one, and the per-epoch
+            history's ``val/loss`` / ``val/acc``).
+    """
+
+    monitor: str
+    value: float | None = None
+    epoch: int | None = None
+    reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    val: dict[str, float] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """The keys ``metrics.json`` gains: ``<monitor>_best``, ``best_epoch``,
+        ``best_reason`` and the checkpoint choice's ``warnings`` (none without ``best.pt``:
+        ``val/*`` are then the last epoch's, as they always are in ``metrics.json``)."""
+        if self.epoch is None:
+            return {}
+        return {
+            f"{self.monitor}_best": self.value,
+            "best_epoch": self.epoch,
+            "best_reason": self.reason,
+            "warnings": list(self.warnings),
+        }
+
+    def done_line(self, metrics: dict[str, float], epochs: int) -> str:
+        """``val/acc=0.9444 (best, epoch 7 of 10)  test/acc=0.9444``: validation at the
+        epoch whose weights were tested, or at the last epoch, labelled as such."""
+        test = [f"{k}={metrics[k]:.4f}" for k in ("test/acc",) if k in metrics]
+        if self.epoch is not None and self.value is not None:
+            shown = [f"{self.monitor}={self.value:.4f} (best, epoch {self.epoch} of {epochs})"]
+            if self.monitor != "val/acc" and "val/acc" in self.val:  # chosen by another metric
+                shown.append(f"val/acc={self.val['val/acc']:.4f}")
+            return "  ".join(shown + test)
+        last = [f"{k}={metrics[k]:.4f} (last, epoch {epochs})" for k in ("val/acc",)
+                if k in metrics]  # fmt: skip
+        return "  ".join(last + test)
+
+    def table(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The final table's values: its ``val`` column at the chosen epoch (values not
+        known there are left out, not filled with the last epoch's), ``test`` as tested."""
+        if self.epoch is None:
+            return metrics
+        kept = {k: v for k, v in metrics.items() if not k.startswith("val/")}
+        return {**kept, **self.val}
+
+    def tracker_summary(self, metrics: dict[str, float]) -> dict[str, float]:
+        """What a tracker's run summary shows at the end: the chosen epoch's values under
+        their own names, the last epoch's as ``<name>_last``, and ``best_epoch``."""
+        if self.epoch is None:
+            return {}
+        last = {f"{k}_last": metrics[k] for k in self.val if k in metrics}
+        return {**self.val, **last, f"{self.monitor}_best": self.value, "best_epoch": self.epoch}
+
+
+def chosen_epoch(run_dir: Path, monitor: str, callbacks) -> ChosenEpoch:
+    """The epoch ``best.pt`` holds, read from its sidecar (under ddp_fork the checkpoint
+    callback lived in a child process); a corrupt sidecar is a warning and no choice."""
+    from experiments.callbacks import ValidationAccuracy
+
+    path = RunDir(run_dir).best_json
+    try:
+        best = read_sidecar(path) if path.is_file() else {}
+    except UserError as err:
+        log.warning("%s", err)
+        best = {}
+    value = best.get("value")
+    if not best or not isinstance(value, int | float):
+        return ChosenEpoch(monitor=str(best.get("monitor") or monitor))
+    epoch = sidecar_epoch(best)
+    monitor = str(best.get("monitor") or monitor)
+    val = {monitor: float(value)}
+    saved = best.get("metrics")  # every val/* scalar of that epoch, where the sidecar has it
+    if isinstance(saved, dict):
+        val.update({k: float(v) for k, v in saved.items()
+                    if k.startswith("val/") and isinstance(v, int | float)})  # fmt: skip
+    for callback in callbacks:  # val/loss and val/acc of every epoch, resumed runs included
+        if isinstance(callback, ValidationAccuracy):
+            for row in callback.history:
+                if row.get("epoch") == epoch - 1:  # the history counts from 0
+                    val.update({k: float(v) for k, v in row.items() if k.startswith("val/")})
+    val[monitor] = float(value)  # best.json's value is the one the choice was made on
+    warnings = best.get("warnings")
+    return ChosenEpoch(
+        monitor=monitor,
+        value=float(value),
+        epoch=epoch,
+        reason=str(best["reason"]) if best.get("reason") else None,
+        warnings=[str(w) for w in warnings] if isinstance(warnings, list) else [],
+        val=val,
+    )
 
 
 def _batches(datamodule) -> int | None:
@@ -102,7 +214,8 @@ def _batches(datamodule) -> int | None:
 
 
 def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_from):
-    """Fit, then test ``best.pt``'s weights; loggers are closed however this ends."""
+    """Fit, then test ``best.pt``'s weights; loggers are closed however this ends (with the
+    chosen epoch's values in their summaries). Returns the metrics and that epoch."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from experiments.callbacks import FaultTolerance, StateDictCheckpoint
@@ -131,6 +244,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
             metrics = _scalars(trainer.callback_metrics)
             if cfg.get("test") and not _pruned(callbacks):  # a pruned trial is a loser
                 metrics.update(_test(cfg, trainer, model, datamodule, checkpoints, loggers))
+            chosen = chosen_epoch(Path(cfg.paths.output_dir), str(cfg.optimized_metric), callbacks)
         except SIGTERMException:  # Lightning's signal path; the guard saved a checkpoint
             signum = guard.signum if guard is not None and guard.signum else 15
             last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
@@ -149,9 +263,12 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
         finish_loggers(loggers, failed=True)  # one W&B run per job, closed even on failure
         raise
     finish_loggers(
-        loggers, failed=False, checkpoint_dir=checkpoints.dirpath if checkpoints else None
+        loggers,
+        failed=False,
+        checkpoint_dir=checkpoints.dirpath if checkpoints else None,
+        summary=chosen.tracker_summary(metrics),
     )
-    return metrics
+    return metrics, chosen
 
 
 def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, float]:

@@ -18,6 +18,10 @@ usage: python -m experiments.train [group=option ...] [key=value ...] [-m] [--cf
 groups (default first; conf/<group>/<option>.yaml):"""
 
 FOOTER = """
+A key belongs to the option whose file has it: data.csv_file needs data=image_csv. +key=value
+adds a key the chosen option lacks; one that another option of the group uses instead
+(+data.csv_file with data=digits) is refused, since the chosen option would ignore it.
+
 --cfg job prints the composed config; --hydra-help shows Hydra's own help and flags."""
 
 

@@ -7,7 +7,9 @@ its run dir (``experiments.runs.resume``)."""
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -128,6 +130,7 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         overrides = [a for a in argv if a not in flags]
         full = compose_or_fail(composer, overrides)
         cfg = task_view(full)
+    check_option_keys(composer, full, overrides, conf_dir)
     schema.check(cfg)
     _check_data_dir(cfg)
     check_task_layout()
@@ -204,8 +207,6 @@ def _check_sweep_params(full: DictConfig) -> None:
 
 
 def _check_data_dir(cfg: DictConfig) -> None:
-    from pathlib import Path
-
     try:
         data_dir = OmegaConf.select(cfg, "paths.data_dir", default=None)
     except Exception:  # resolved later, where it is used
@@ -240,10 +241,131 @@ def compose_or_fail(composer: Composer, overrides: list[str]) -> DictConfig:
         message = _hydra_message(err)
         unknown = re.search(r"Could not override '([^']+)'", str(err))
         if unknown:
-            message += _did_you_mean(composer, overrides, unknown.group(1))
+            key = unknown.group(1)
+            message = _unknown_key(composer, overrides, key) or (
+                message + _did_you_mean(composer, overrides, key)
+            )
         raise UserError(message) from None
     except Exception as err:  # omegaconf errors during composition
         raise UserError(one_line(err)) from None
+
+
+def check_option_keys(
+    composer: Composer, full: DictConfig, overrides: list[str], conf_dir: str
+) -> None:
+    """Refuse a key added on the command line (``+data.csv_file=...``) that the chosen option
+    of its config group does not use but another option has: ``data=digits`` trains on the
+    bundled digits whatever ``data.csv_file`` says, so the run would silently ignore the CSV.
+
+    Raises:
+        UserError: ``data.csv_file belongs to data=image_csv, not data=digits: ...``.
+    """
+    for override in overrides:
+        if not override.startswith("+"):
+            continue
+        key = override.lstrip("+").partition("=")[0]
+        found = _owners(composer, full, conf_dir, key)
+        if found is not None and found[2]:
+            raise UserError(_belongs(key, *found))
+
+
+def _unknown_key(composer: Composer, overrides: list[str], key: str) -> str | None:
+    """The message for ``data.csv_file=...`` while ``data=digits`` is chosen: the option
+    that has the key, not ``+data.csv_file=`` (which would add a key the option ignores)."""
+    rest = [o for o in overrides if not o.lstrip("+~").startswith(f"{key}=")]
+    try:
+        found = _owners(composer, composer.compose(rest), _conf_dir(composer), key)
+    except Exception:  # another mistake: the first one is reported alone
+        return None
+    if found is None:
+        return None
+    group, chosen, ignored, owners = found
+    if ignored:
+        return _belongs(key, group, chosen, ignored, owners)
+    named = ", ".join(f"{group}={o}" for o in owners)
+    return (
+        f"unknown key '{key}': {named} {'sets' if len(owners) == 1 else 'set'} it (choose "
+        f"{'it' if len(owners) == 1 else 'one'}), or add it to {group}={chosen} with +{key}=..."
+    )
+
+
+def _belongs(key: str, group: str, chosen: str, ignored: bool, owners: list[str]) -> str:
+    named = ", ".join(f"{group}={o}" for o in owners)
+    way = f"add {named}" if len(owners) == 1 else f"choose one of {named}"
+    return f"{key} belongs to {named}, not {group}={chosen}, which does not use it: {way}"
+
+
+def _conf_dir(composer: Composer) -> str | None:
+    from experiments.config import CONF_DIR
+
+    return str(getattr(composer, "conf_dir", CONF_DIR))
+
+
+def _owners(
+    composer: Composer, full: DictConfig, conf_dir: str | None, key: str
+) -> tuple[str, str, bool, list[str]] | None:
+    """For ``group.name...`` that the chosen option of ``group`` lacks: the group, the chosen
+    option, whether that option would ignore the key, and the other options that have it;
+    None when the key is not in a config group's option or the chosen option has it.
+
+    The chosen option ignores a key another option has when (a) there it is an object of its
+    own (``logger.wandb``: a ``_target_`` the chosen option never builds), or (b) the options
+    name themselves in a shared key (``data.dataset: digits`` / ``image_csv``): one
+    constructor reads the keys of the option it is told it is. Otherwise (``trainer.
+    sync_batchnorm``: Lightning's Trainer reads it whatever the option) the key is used.
+    """
+    group, _, rest = key.partition(".")
+    if not rest or group == "hydra" or conf_dir is None:
+        return None
+    folder = Path(conf_dir) / group
+    if not folder.is_dir():
+        return None
+    choices = OmegaConf.select(full, "hydra.runtime.choices", default=None) or {}
+    chosen = choices.get(group) if hasattr(choices, "get") else None
+    options = sorted(p.stem for p in folder.glob("*.yaml") if not p.stem.startswith("_"))
+    if not isinstance(chosen, str) or chosen not in options or len(options) < 2:
+        return None
+    # the chosen option as its file composes (``full`` holds the added key already)
+    node = _option_node(composer, group, chosen)
+    name = rest.split(".")[0]
+    if node is None or name in node:
+        return None
+    owners, ignored = [], False
+    for option in options:
+        other = _option_node(composer, group, option) if option != chosen else None
+        if other is None or name not in other:
+            continue
+        owners.append(option)
+        own_object = isinstance(other[name], dict) and "_target_" in other[name]
+        ignored = ignored or own_object or _names_itself(node, chosen, other, option)
+    return (group, chosen, ignored, owners) if owners else None
+
+
+def _names_itself(node: dict, chosen: str, other: dict, option: str) -> bool:
+    """Both options set the same ``_target_`` and tell it which option they are, in one key
+    (``dataset: digits`` / ``dataset: image_csv``)."""
+    if node.get("_target_") != other.get("_target_"):
+        return False  # a different target: its signature decides (config.schema)
+    return any(node[k] == chosen and other.get(k) == option for k in node)
+
+
+# per composer (a conf dir): each option's node, composed once (~0.2 s each)
+_OPTION_NODES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _option_node(composer: Composer, group: str, option: str) -> dict | None:
+    """``group``'s node as ``group=option`` composes it (its defaults included), as plain
+    data; None when it does not compose on its own."""
+    nodes = _OPTION_NODES.setdefault(composer, {})
+    if (group, option) not in nodes:
+        try:
+            node = OmegaConf.select(composer.compose([f"{group}={option}"]), group)
+            # unresolved: ${...} stays text, ??? stays a key (``in`` skips a missing value)
+            node = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_dict(node) else None
+        except Exception:  # an option that needs other choices: not a candidate
+            node = None
+        nodes[group, option] = node
+    return nodes[group, option]
 
 
 def _did_you_mean(composer: Composer, overrides: list[str], key: str) -> str:

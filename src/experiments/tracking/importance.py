@@ -1,11 +1,16 @@
 """Why the winner won: parameter importance and two static plots of a sweep.
 
-Importance is Optuna's fANOVA (``optuna.importance``) for an Optuna search, written by the
-sweeper into ``optimization_results.yaml``; for a grid it is each swept key's spread: the
-largest minus the smallest mean of the metric over the jobs that share one of its values.
+Importance is Optuna's (``optuna.importance`` with the evaluator the sweeper names, fANOVA,
+recorded beside the values) for an Optuna search, written by the sweeper into
+``optimization_results.yaml``; for a grid it is each swept key's spread: the largest minus
+the smallest mean of the metric over the jobs that share one of its values. Seeds are
+replicates, never hyperparameters: no importance, no axis.
+
 ``parallel.png`` draws every finished job as a line across the swept keys and the metric;
 ``contour.png`` the metric over the two most important keys (a filled contour when their
-values span a plane, else points).
+values span a plane, else points); ``summary.png`` the metric by the one swept key. Each is
+redrawn from every finished job whenever the summary is rebuilt (the sweep's end, a resume),
+and removed when it no longer applies, so no plot shows an earlier state of the sweep.
 """
 
 from __future__ import annotations
@@ -16,7 +21,21 @@ from typing import Any
 
 from experiments.runs.files import atomic_write
 
-PARALLEL, CONTOUR = "parallel.png", "contour.png"
+PARALLEL, CONTOUR, ONE_KEY = "parallel.png", "contour.png", "summary.png"
+# what optuna.importance's evaluators compute, for the summary's label
+EVALUATORS = {
+    "FanovaImportanceEvaluator": (
+        "fANOVA (optuna.importance.FanovaImportanceEvaluator): the share of the metric's "
+        "variance each parameter explains"
+    ),
+    "PedAnovaImportanceEvaluator": (
+        "PED-ANOVA (optuna.importance.PedAnovaImportanceEvaluator): how differently each "
+        "parameter is distributed in the best trials than in all of them"
+    ),
+    "MeanDecreaseImpurityImportanceEvaluator": (
+        "mean decrease impurity (optuna.importance.MeanDecreaseImpurityImportanceEvaluator)"
+    ),
+}
 # keys that only replicate a setting: never a hyperparameter (no importance, no axis in the
 # plots; a contour between seed 0 and seed 1 means nothing)
 REPLICATE_KEYS = frozenset({"seed", "+seed"})
@@ -54,25 +73,57 @@ def spread(done: list[dict], keys: list[str], metric: str) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def section(sweep_dir: Path, rows: list[dict], metric: str, fanova: dict | None) -> str:
-    """The summary's importance table (and the two plots, written next to it)."""
+def evaluator_label(name: str | None) -> str:
+    """What the importance values of an Optuna search are, from the evaluator's class name
+    the sweeper recorded (``optimization_results.yaml``: ``importance_evaluator``)."""
+    if not name:
+        # written before the evaluator was recorded: Optuna's default then depended on its
+        # version (fANOVA before 5, PED-ANOVA from 5), so it is not guessed
+        return "Optuna's parameter importance (the evaluator was not recorded)"
+    return f"Optuna's importance by {EVALUATORS.get(name, name)}"
+
+
+def section(
+    sweep_dir: Path,
+    rows: list[dict],
+    metric: str,
+    optuna_importance: dict | None,
+    evaluator: str | None = None,
+) -> str:
+    """The summary's importance table; draws ``parallel.png`` and ``contour.png`` next to it
+    from every finished job, and removes either one that does not apply (any more).
+
+    Args:
+        sweep_dir: the sweep's folder.
+        rows: the summary's rows (failed and pruned jobs are left out here).
+        metric: the optimized metric.
+        optuna_importance: ``{param: importance}`` an Optuna search recorded, else None
+            (a grid: each key's spread).
+        evaluator: the class name of the Optuna evaluator that computed it.
+    """
     done, keys = swept(rows, metric)
-    if len(done) < 2 or not keys:
-        return ""
-    if fanova:
-        importance = {k: float(v) for k, v in fanova.items() if not is_replicate(k)}
-        how = "Optuna's fANOVA importance (share of the metric's variance each parameter explains)"
-    else:
-        importance = spread(done, keys, metric)
-        how = f"spread: the best minus the worst mean {metric} over each key's values"
-    lines = ["", "## Parameter importance", "", how + ".", "", "| key | importance |", "|---|---|"]
-    lines += [f"| {k} | {v:.4f} |" for k, v in importance.items()]
-    top = [k for k in importance if k in keys][:2] or keys[:2]
-    plotted = [_parallel(done, keys, metric, Path(sweep_dir) / PARALLEL)]
-    if len(top) == 2:
-        plotted.append(_contour(done, top, metric, Path(sweep_dir) / CONTOUR))
-    lines += ["", "Plots: " + ", ".join(f"`{p}`" for p in plotted if p) + "."]
-    return "\n".join(lines) + "\n"
+    plotted: list[str] = []
+    lines: list[str] = []
+    if len(done) >= 2 and keys:
+        if optuna_importance:
+            importance = {k: float(v) for k, v in optuna_importance.items() if not is_replicate(k)}
+            how = evaluator_label(evaluator)
+        else:
+            importance = spread(done, keys, metric)
+            how = f"spread: the best minus the worst mean {metric} over each key's values"
+        how += "; seeds are replicates, not parameters, and are left out"
+        lines = ["", "## Parameter importance", "", how + ".", "", "| key | importance |",
+                 "|---|---|"]  # fmt: skip
+        lines += [f"| {k} | {v:.4f} |" for k, v in importance.items()]
+        top = [k for k in importance if k in keys][:2] or keys[:2]
+        plotted.append(_parallel(done, keys, metric, Path(sweep_dir) / PARALLEL))
+        if len(top) == 2:
+            plotted.append(_contour(done, top, metric, Path(sweep_dir) / CONTOUR))
+        lines += ["", f"Plots, from the {len(done)} finished jobs: "
+                  + ", ".join(f"`{p}`" for p in plotted) + "."]  # fmt: skip
+    for stale in {PARALLEL, CONTOUR} - set(plotted):  # drawn for an earlier state of the sweep
+        (Path(sweep_dir) / stale).unlink(missing_ok=True)
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _numeric(values: list[Any]) -> tuple[list[float], list[str] | None]:
@@ -143,45 +194,38 @@ def _contour(done: list[dict], keys: list[str], metric: str, path: Path) -> str:
     return path.name
 
 
-def _one_key(rows) -> str | None:
-    """The one override key whose value differs between jobs, if there is exactly one."""
-    values: dict[str, set[str]] = {}
-    for row in rows:
-        for item in row["overrides"].split():
-            key, _, value = item.partition("=")
-            values.setdefault(key, set()).add(value)
-    varying = [k for k, v in values.items() if len(v) > 1]
-    return varying[0] if len(varying) == 1 else None
-
-
 def plot_one_key(rows, metric: str, path: Path) -> None:
-    """``summary.png``: the metric by the swept key's value, when exactly one key varies."""
-    key = _one_key(rows)
-    if key is None:
+    """``summary.png``: the metric of every finished job by the swept key's value, when
+    exactly one key other than seeds varies (each seed a point, their mean the line); the
+    file is removed when that does not hold (any more)."""
+    done, keys = swept(rows, metric)
+    if len(keys) != 1:
+        path.unlink(missing_ok=True)  # drawn for an earlier state of the sweep, or never
         return
+    (key,) = keys
     from matplotlib.figure import Figure
 
-    points = []
-    for row in rows:
-        value = row.get(metric)
-        if not isinstance(value, int | float):
-            continue
-        setting = dict(i.partition("=")[::2] for i in row["overrides"].split())[key]
-        points.append((setting, value))
-    if not points:
-        return
+    points = [(str(r.get(key)), r[metric]) for r in done]
+    by_value: dict[str, list[float]] = {}
+    for setting, value in points:
+        by_value.setdefault(setting, []).append(value)
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     try:
-        numeric = sorted((float(s), v) for s, v in points)
-        ax.plot(*zip(*numeric, strict=True), marker="o")
-        xs = [x for x, _ in numeric]
-        if min(xs) > 0 and max(xs) / min(xs) >= 20:
+        xs = {s: float(s) for s in by_value}
+    except ValueError:  # categorical values: their mean as a bar, each job a point
+        names = sorted(by_value)
+        ax.bar(names, [sum(by_value[n]) / len(by_value[n]) for n in names], alpha=0.6)
+        ax.scatter([s for s, _ in points], [v for _, v in points], color="black", zorder=3)
+    else:
+        line = sorted((xs[s], sum(v) / len(v)) for s, v in by_value.items())
+        ax.plot(*zip(*line, strict=True), marker="o")
+        if len(points) > len(by_value):  # seeds: each job a point around the mean
+            ax.scatter([xs[s] for s, _ in points], [v for _, v in points], color="black", s=12)
+        if min(xs.values()) > 0 and max(xs.values()) / min(xs.values()) >= 20:
             ax.set_xscale("log")
-    except ValueError:  # categorical values
-        ax.bar([s for s, _ in points], [v for _, v in points])
     ax.set_xlabel(key)
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric} by {key}")
+    ax.set_title(f"{metric} by {key} ({len(points)} finished jobs)")
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))

@@ -1,6 +1,7 @@
 """Experiment tracking with MLflow: Lightning's ``MLFlowLogger`` on a local SQLite store by
 default (any tracking URI works), the config as dotted params, one MLflow run per job, and
-``best.pt`` logged as an artifact when the job succeeded."""
+the best weights (``best.safetensors``, ``best.json``) logged as artifacts when the job
+succeeded."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ MAX_KEY_LENGTH = 250
 MAX_VALUE_LENGTH = 6000
 # at most this many params per log_batch call (MLflow's MAX_PARAMS_TAGS_PER_BATCH)
 PARAMS_PER_BATCH = 100
-CHECKPOINT_FILES = ("best.pt", "best.json")
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -70,12 +70,29 @@ def _logger_class():
                 )
 
         @rank_zero_only
-        def upload_checkpoints(self, checkpoint_dir: Path) -> None:
-            """Log ``best.pt`` and ``best.json`` as artifacts under ``checkpoints/``."""
+        def record_summary(self, summary: dict[str, float]) -> None:
+            """The run's end values (``experiments.tracking.finish_loggers``): the chosen
+            epoch's ``<monitor>_best`` and ``best_epoch`` as metrics (``val/acc`` and the
+            other per-epoch series keep one point per epoch: their latest is the last
+            epoch's), and every value, labelled, in the tag ``summary``."""
             if not self._initialized:
                 return
-            for name in CHECKPOINT_FILES:
-                path = Path(checkpoint_dir) / name
+            kept = {k: float(v) for k, v in summary.items()
+                    if k == "best_epoch" or k.endswith("_best")}  # fmt: skip
+            self.log_metrics(kept)  # one point each (step 0)
+            text = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                             for k, v in sorted(summary.items()))  # fmt: skip
+            self.experiment.set_tag(self.run_id, "summary", text[:MAX_VALUE_LENGTH])
+
+        @rank_zero_only
+        def upload_checkpoints(self, checkpoint_dir: Path) -> None:
+            """Log the best weights and ``best.json`` as artifacts under ``checkpoints/``."""
+            from experiments.runs.layout import weights_file
+
+            if not self._initialized:
+                return
+            best = weights_file(Path(checkpoint_dir), "best")
+            for path in (best, Path(checkpoint_dir) / "best.json"):
                 if path.is_file():
                     self.experiment.log_artifact(self.run_id, str(path), "checkpoints")
 
@@ -140,7 +157,8 @@ def mlflow_logger(
         run_name: run name; in a sweep, the job's overrides. Empty or None: MLflow picks one.
         tags: run tags (``tags=[a,b]`` -> MLflow tags ``a`` and ``b``).
         sweep_group: in a sweep, the sweep folder's name, as tag ``sweep`` (filter on it).
-        log_checkpoints: log ``best.pt`` / ``best.json`` as artifacts when the job succeeded.
+        log_checkpoints: log the best weights / ``best.json`` as artifacts when the job
+            succeeded.
     """
     from experiments.errors import UserError
     from experiments.utils import process_rank
@@ -165,7 +183,7 @@ def mlflow_logger(
         tracking_uri=tracking_uri,
         tags=run_tags or None,
         artifact_location=artifact_location,
-        log_model=False,  # Lightning's full .ckpt files; best.pt goes up instead, if asked
+        log_model=False,  # Lightning's full .ckpt files; the best weights go up instead
     )
     logger.log_checkpoints = log_checkpoints
     return logger

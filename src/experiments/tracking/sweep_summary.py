@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from experiments.compat.hydra import as_recorded_failure, job_outcome
 from experiments.errors import UserError, find_user_error
 from experiments.runs.files import atomic_write, read_json_object, read_yaml, write_json
-from experiments.runs.layout import RunDir
+from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch
 from experiments.runs.orphans import end_with_sweep_process, exit_if_orphaned, mark_sweep_process
 from experiments.runs.sweep import JOB_FILE, KEPT, LOST_ENV, NODE_ENV, stop_reason
 from experiments.tracking import importance
@@ -92,6 +92,9 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = write_summary(sweep_dir, *_metric(config))
         show_summary(sweep_dir, rows)
+        from experiments.runs.manifest import write_manifest
+
+        write_manifest(sweep_dir)  # the sweep's last write, failed jobs too (experiments-verify)
         failed = [r for r in rows if r["status"] in FAILED]
         if failed:
             print(f"error: {failed_line(failed, len(rows), sweep_dir)}", file=sys.stderr)
@@ -225,8 +228,8 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
     if not isinstance(status, str) or not isinstance(overrides, list):
         raise UserError(f"{job_file}: not a job record (status or overrides of the wrong type)")
     # the best epoch's value (the weights best.pt keeps and test/* scores), not the last's
-    value = RunDir(job_file.parent).best_value(metric)
-    value = value if value is not None else metrics.get(metric, job.get("value"))
+    value, epoch = chosen_value(job_file.parent, metric, metrics)
+    value = value if value is not None else job.get("value")
     error = job.get("error")
     pruned = metrics.get("pruned_at_epoch")
     if status == "ok" and isinstance(pruned, int):
@@ -237,6 +240,7 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
         "job": job.get("num", _job_num(job_file)),
         "overrides": " ".join(str(o) for o in overrides),
         metric: _number(value),
+        "epoch": epoch,
         **{k: _number(metrics.get(k)) for k in TEST_KEYS},
         "wall_time_s": _number(job.get("wall_time_s")),
         "status": status,
@@ -247,10 +251,29 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
     return row, job.get("trial")
 
 
+def chosen_value(job_dir: Path, metric: str, metrics: dict) -> tuple[Any, str]:
+    """``metric`` of a job and the epoch it is from: the epoch ``best.pt`` keeps (whose
+    weights test/* scored: ``best.json``), ``"7 of 10"``; without one, the last epoch's
+    value from ``metrics.json``, labelled ``"10 of 10, last"``.
+
+    Raises:
+        UserError: ``best.json`` is corrupt (the job is listed as broken).
+    """
+    best = read_sidecar(RunDir(job_dir).best_json)
+    epochs = metrics.get("epochs")
+    of = f" of {epochs}" if _number(epochs) is not None else ""
+    if best.get("monitor") == metric and best.get("value") is not None:
+        return best["value"], f"{sidecar_epoch(best)}{of}"
+    value = metrics.get(metric)
+    if _number(value) is None:
+        return None, ""
+    return value, f"{epochs}{of}, last" if of else "last"
+
+
 def _broken_row(job_file: Path, metric: str, reason: str) -> dict[str, Any]:
     """The row of a job whose files could not be read: listed, with the reason."""
     return {
-        "job": _job_num(job_file), "overrides": "", metric: None,
+        "job": _job_num(job_file), "overrides": "", metric: None, "epoch": "",
         **dict.fromkeys(TEST_KEYS), "wall_time_s": None, "status": "broken",
         "error": reason[:300], "remedies": "", "dir": job_file.parent.name,
     }  # fmt: skip
@@ -287,10 +310,15 @@ def _optuna_results(sweep_dir: Path) -> dict:
         return {}
 
 
-def _fanova(sweep_dir: Path) -> dict | None:
-    """The parameter importances our Optuna sweeper wrote, when it did."""
-    found = _optuna_results(sweep_dir).get("importance")
-    return found if isinstance(found, dict) and found else None
+def _optuna_importance(sweep_dir: Path) -> tuple[dict | None, str | None]:
+    """The parameter importances our Optuna sweeper wrote, when it did, and the class name
+    of the evaluator that computed them."""
+    results = _optuna_results(sweep_dir)
+    found, evaluator = results.get("importance"), results.get("importance_evaluator")
+    return (
+        found if isinstance(found, dict) and found else None,
+        evaluator if isinstance(evaluator, str) else None,
+    )
 
 
 def _pareto_trials(sweep_dir: Path) -> set[int] | None:
@@ -333,9 +361,10 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         writer.writerows(rows)
         atomic_write(sweep_dir / "summary.csv", lambda f: f.write(buf.getvalue().encode()))
         md = _markdown(rows, fields, metric, mode)
-        md += importance.section(sweep_dir, rows, metric, _fanova(sweep_dir))
+        # the plots are drawn from every finished job each time, a stale one removed
+        md += importance.section(sweep_dir, rows, metric, *_optuna_importance(sweep_dir))
         atomic_write(sweep_dir / "summary.md", lambda f: f.write(md.encode()))
-        importance.plot_one_key(rows, metric, sweep_dir / "summary.png")
+        importance.plot_one_key(rows, metric, sweep_dir / importance.ONE_KEY)
     return rows
 
 
@@ -359,6 +388,10 @@ def _markdown(rows, fields, metric, mode) -> str:
     failed = len(rows) - ok - pruned - interrupted - len(not_run) - diverged
     head = f"# Sweep summary\n\n{len(rows)} jobs, {counts}, {failed} failed; "
     head += f"sorted by {metric} ({mode}).\n\n"
+    head += (
+        f"{metric} is each job's value at the epoch best.pt keeps (column epoch; test/* scored "
+        f"those weights); a job without best.pt shows its last epoch's, marked last.\n\n"
+    )
     if not_run:
         head += f"Stopped early: {'; '.join(sorted({r['error'] for r in not_run}))[:400]}.\n\n"
     shown = [f for f in fields if f != "dir"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import netrc
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -73,7 +73,7 @@ def wandb_logger(
         mode: ``auto`` (online with a key, else offline), ``online``, ``offline``, ``disabled``.
         save_dir: parent of the ``wandb/`` folder (the run dir).
         job_type: W&B job type.
-        log_checkpoints: upload ``best.pt``/``last.pt`` as a model artifact at the end.
+        log_checkpoints: upload the best/last weights (+ sidecars) as a model artifact at the end.
         run_id: continue this W&B run (set by ``resume=``).
     """
     drop_empty_wandb_env()
@@ -107,14 +107,30 @@ def previous_wandb_id(run_dir: Path) -> str | None:
     return runs[-1].name.rsplit("-", 1)[-1] if runs else None
 
 
-def finish_loggers(loggers: Iterable, failed: bool, checkpoint_dir: Path | None = None) -> None:
+def finish_loggers(
+    loggers: Iterable,
+    failed: bool,
+    checkpoint_dir: Path | None = None,
+    summary: Mapping[str, float] | None = None,
+) -> None:
     """Close every logger at the end of a job, also one that raised.
 
     Lightning's WandbLogger never calls ``wandb.finish()``: without this, the next job of a
     multirun would log into this job's W&B run. A logger with ``upload_checkpoints`` (MLflow)
     gets the checkpoints of a successful job before its run is marked FINISHED.
+
+    Args:
+        loggers: the job's Lightning loggers.
+        failed: the job raised (its runs are marked failed, nothing is uploaded).
+        checkpoint_dir: ``best.pt``'s folder, for the loggers that upload it.
+        summary: the run's end values (``experiments.train.ChosenEpoch.tracker_summary``:
+            validation at the epoch ``best.pt`` holds, ``<name>_last``, ``best_epoch``). A
+            W&B run's summary takes them (its default summary is each key's last value); a
+            logger with ``record_summary`` (MLflow) records them its own way.
     """
     for logger in loggers:
+        if summary and not failed:
+            _record_summary(logger, summary)
         upload = getattr(logger, "upload_checkpoints", None)
         wanted = upload is not None and getattr(logger, "log_checkpoints", False)
         if wanted and not failed and checkpoint_dir:
@@ -137,11 +153,28 @@ def finish_loggers(loggers: Iterable, failed: bool, checkpoint_dir: Path | None 
         close_experiment(logger)
 
 
+def _record_summary(logger, summary: Mapping[str, float]) -> None:
+    """The end values into the logger's run summary; a failure only warns (the job is done)."""
+    from experiments.compat.lightning import opened_experiment
+
+    try:
+        record = getattr(logger, "record_summary", None)
+        if record is not None:
+            record(dict(summary))
+            return
+        run = opened_experiment(logger)
+        if run is not None and hasattr(run, "summary") and hasattr(run.summary, "update"):
+            run.summary.update(dict(summary))  # W&B: overrides the last-value default
+    except Exception as err:
+        log.warning("could not record the run summary in %s: %s", type(logger).__name__, err)
+
+
 def _upload_checkpoints(run, checkpoint_dir: Path) -> None:
     import wandb
 
-    files = [checkpoint_dir / n for n in ("best.pt", "best.json", "last.pt", "last.json")]
-    files = [f for f in files if f.is_file()]
+    from experiments.runs.layout import checkpoint_files
+
+    files = checkpoint_files(Path(checkpoint_dir))  # the weights and their sidecars
     if not files:
         return
     artifact = wandb.Artifact(f"model-{run.id}", type="model")

@@ -50,12 +50,30 @@ def _stopped(ret) -> bool:
     return _job_record(ret).get("status") == "stopped"
 
 
+def importance_evaluator():
+    """The evaluator of the importance the summary shows, named rather than Optuna's default
+    (which changed from fANOVA to PED-ANOVA in Optuna 5): fANOVA, the share of the metric's
+    variance each parameter explains, seeded so a rebuilt summary shows the same numbers."""
+    from optuna.importance import FanovaImportanceEvaluator
+
+    return FanovaImportanceEvaluator(seed=0)
+
+
 def _importance(study) -> dict[str, float]:
-    """Optuna's fANOVA importance of each parameter ({} with too few finished trials)."""
+    """The fANOVA importance (:func:`importance_evaluator`) of each parameter except seeds,
+    which replicate a trial rather than set it ({} with too few finished trials)."""
     import optuna
 
+    from experiments.tracking.importance import is_replicate
+
+    names = {k for t in study.get_trials(deepcopy=False) for k in t.params}
+    params = sorted(k for k in names if not is_replicate(k))
+    if not params:
+        return {}
     try:
-        found = optuna.importance.get_param_importances(study)
+        found = optuna.importance.get_param_importances(
+            study, evaluator=importance_evaluator(), params=params
+        )
     except (ValueError, RuntimeError) as err:  # fewer than 2 complete trials, one param value
         log.info("no parameter importance: %s", err)
         return {}
@@ -159,6 +177,12 @@ class OptunaSweeper(Sweeper):
         failures = self._run_workers(study, space, fixed, done_before)
         self._write_results(study, sweep_dir, name)
         if failures:
+            # Hydra skips on_multirun_end when a sweeper raises: the summary (and its plots)
+            # is rebuilt here from every finished trial, with the importance just written
+            from experiments.tracking.sweep_summary import write_summary
+
+            metric = str(self.config.get("optimized_metric", ""))
+            write_summary(sweep_dir, metric, str(self.config.get("optimized_mode", "max")))
             raise SweepFailed(
                 f"{len(failures)} of {self.n_trials - done_before} trials failed "
                 f"(trials {sorted(failures)}); see {sweep_dir / 'summary.md'}"
@@ -311,6 +335,7 @@ class OptunaSweeper(Sweeper):
             best = study.best_trial
             direction = DIRECTIONS[self.settings.get("direction", "maximize")]
             result["importance"] = _importance(study)
+            result["importance_evaluator"] = type(importance_evaluator()).__name__
             result.update(
                 direction=direction,
                 best_value=best.value,
