@@ -91,16 +91,17 @@ def test_an_argument_added_in_one_file_is_set_and_checked_from_the_command_line(
     text = nets.read_text()
     edits = [
         (
-            "        dropout: float = 0.0,\n    ) -> None:\n        layers: list[nn.Module]",
-            '        dropout: float = 0.0,\n        activation: Literal["relu", "gelu"] = "relu",'
+            "        dropout: Annotated[float, Ge(0), Lt(1)] = 0.0,\n    ) -> None:\n"
+            "        layers: list[nn.Module]",
+            "        dropout: Annotated[float, Ge(0), Lt(1)] = 0.0,\n"
+            '        activation: Literal["relu", "gelu"] = "relu",'
             "\n    ) -> None:\n        layers: list[nn.Module]",
         ),
         (
             "nn.Linear(width, hidden), nn.ReLU()]",
             'nn.Linear(width, hidden), nn.GELU() if activation == "gelu" else nn.ReLU()]',
         ),
-        ("from __future__ import annotations\n", "from __future__ import annotations\n\n"
-         "from typing import Literal\n"),
+        ("from typing import Annotated\n", "from typing import Annotated, Literal\n"),
     ]  # fmt: skip
     for old, new in edits:
         assert text.count(old) == 1, old

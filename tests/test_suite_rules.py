@@ -30,6 +30,10 @@ ALLOWED = {
     "test_state_dict_checkpoint.py": {
         "time.sleep": "after the writer has saved: where a kill lands"
     },
+    "sweep_fault_helpers.py": {"time.sleep": "a job's step made slow on purpose, to be killed in"},
+    "test_sweep_faults.py": {"time.sleep": "polls for a worker's files/exit against a deadline"},
+    "test_ray.py": {"time.sleep": "polls for the running jobs before SIGTERM, against a deadline"},
+    "test_supply_chain.py": {"subprocess.run": "pip --no-index on a local wheel, time-limited"},
 }
 WATCHED = ("subprocess.run", "subprocess.Popen", "time.sleep")
 

@@ -75,7 +75,7 @@ class ClassificationModule(L.LightningModule):
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
         scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
         num_classes: int = 10,
-        freeze: Sequence[str] = (),
+        freeze: Sequence[str | int] = (),  # `model.freeze=[0]` (a Sequential's first layer)
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         label_smoothing: Annotated[float, Ge(0), Lt(1)] = 0.0,
         ema_decay: Annotated[float, Gt(0), Lt(1)] | None = None,
