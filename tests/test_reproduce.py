@@ -10,6 +10,7 @@ from importlib.metadata import version
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from tests.conftest import REPO, run_cli, run_process, train_cli
 
@@ -26,18 +27,42 @@ def finished(tmp_path_factory, data_dir):
 def test_verify_passes_on_the_run_and_fails_once_its_weights_are_edited(finished, tmp_path):
     res = run_cli("-m", "experiments.verify", f"run_dir={finished}", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr[-2000:]
-    assert "best.pt (6 tensors), last.pt (6 tensors) match bit for bit" in res.stdout
+    assert "best.safetensors (6 tensors), last.safetensors (6 tensors) match bit for bit" in (
+        res.stdout
+    )
     edited = tmp_path / "edited"
     shutil.copytree(finished, edited)
-    state = torch.load(edited / "checkpoints" / "best.pt", weights_only=True)
+    state = load_file(edited / "checkpoints" / "best.safetensors")
     key = next(iter(state))
     state[key] = state[key] + 1e-6
-    torch.save(state, edited / "checkpoints" / "best.pt")
+    save_file(state, edited / "checkpoints" / "best.safetensors")
     res = run_cli("-m", "experiments.verify", f"run_dir={edited}", cwd=tmp_path)
     assert res.returncode == 1
-    assert f"best.pt {key}: differs" in res.stdout and "NOT verified" in res.stdout
+    assert f"best.safetensors {key}: differs" in res.stdout and "NOT verified" in res.stdout
+    # an older run's best.pt is compared with the best.safetensors training writes now
+    old = tmp_path / "old"
+    shutil.copytree(finished, old)
+    for name in ("best", "last"):
+        path = old / "checkpoints" / f"{name}.safetensors"
+        torch.save(load_file(path), path.with_suffix(".pt"))
+        path.unlink()
+    res = run_cli("-m", "experiments.verify", f"run_dir={old}", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr[-2000:]
+    assert "best.pt (6 tensors), last.pt (6 tensors) match bit for bit" in res.stdout
     res = run_cli("-m", "experiments.verify", f"run_dir={finished}", "--steps", "20", cwd=tmp_path)
     assert res.returncode == 0 and "train/loss_step at 2 steps match" in res.stdout
+
+
+@pytest.mark.slow
+def test_verify_of_a_run_that_saved_no_weights_says_it_compared_its_metrics(tmp_path, data_dir):
+    run = train_cli(tmp_path / "fast", data_dir, "debug=fast")  # one batch, no checkpoints
+    assert not list(run.glob("checkpoints/*"))
+    res = run_cli("-m", "experiments.verify", str(run), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr[-2000:]
+    assert "the run's config saves no weights" in res.stdout and "missing" not in res.stdout
+    assert res.stdout.strip().splitlines()[-1].startswith("verified: metrics.json (")
+    res = run_cli("-m", "experiments.verify", str(run), "--integrity", cwd=tmp_path)
+    assert res.returncode == 0 and res.stdout.startswith(f"intact: {run} (")
 
 
 def test_verify_refuses_a_run_it_cannot_rerun(finished, tmp_path):

@@ -49,6 +49,10 @@ def test_an_earlier_run_dir_evaluates_predicts_and_resumes(tmp_path, data_dir, n
     assert res.returncode == 0, res.stderr[-2000:]
     rows = list(csv.DictReader(out.open()))
     assert [r["file"] for r in rows] == [p.name for p in images]
+    # written before manifests: a note, and no manifest is made up for files nobody checked
+    res = run_cli("-m", "experiments.verify", str(run), "integrity=true", cwd=tmp_path)
+    assert res.returncode == 0 and "no manifest.json" in res.stdout
+    assert not (run / "manifest.json").exists()
 
     before = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"]
     res = run_cli(
@@ -59,6 +63,12 @@ def test_an_earlier_run_dir_evaluates_predicts_and_resumes(tmp_path, data_dir, n
     after = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"]
     assert (before, after) == (1, 2)  # Lightning's 0-based epochs: 2 were done, then the 3rd
     assert json.loads((run / "checkpoints" / "last.json").read_text())["epoch"] == 3
+    # the resumed run writes safetensors from then on: its last.pt is replaced, not kept
+    names = {p.name for p in (run / "checkpoints").iterdir()}
+    assert "last.safetensors" in names and "last.pt" not in names
+    assert len(names & {"best.safetensors", "best.pt"}) == 1  # one best, whichever format
+    res = run_cli("-m", "experiments.verify", str(run), "integrity=true", cwd=tmp_path)
+    assert res.returncode == 0 and res.stdout.startswith(f"intact: {run} (")
 
 
 def test_earlier_run_dirs_compare(tmp_path):

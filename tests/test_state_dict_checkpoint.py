@@ -25,16 +25,21 @@ from tests.helpers import Payload
 
 
 @pytest.mark.slow
-def test_best_pt_reproduces_logged_val_acc(make_cfg, tmp_path):
+def test_best_safetensors_reproduces_logged_val_acc(make_cfg, tmp_path):
+    from safetensors.torch import load_file
+
     cfg = make_cfg("trainer.max_epochs=4")
     train(cfg)
     ckpt = tmp_path / "run" / "checkpoints"
-    assert {"best.pt", "best.json", "last.pt", "last.json"} <= {p.name for p in ckpt.iterdir()}
+    names = {p.name for p in ckpt.iterdir()}
+    assert {"best.safetensors", "best.json", "last.safetensors", "last.json"} <= names
+    assert not names & {"best.pt", "last.pt"}  # weights are never pickled any more
     side = json.loads((ckpt / "best.json").read_text())
     assert side["monitor"] == "val/acc" and side["net"]["_target_"] == "experiments.models.MLP"
     assert side["in_shape"] == [1, 8, 8] and len(side["class_names"]) == 10
+    assert side["file"] == "best.safetensors"
 
-    state = torch.load(ckpt / "best.pt", weights_only=True)
+    state = load_file(ckpt / "best.safetensors")  # tensors only: no unpickler at all
     assert all(isinstance(v, torch.Tensor) for v in state.values())
     net = instantiate(cfg.model.net, in_shape=(1, 8, 8), num_classes=10)
     net.load_state_dict(state)
@@ -174,3 +179,49 @@ def test_safetensors_weights_round_trip_and_a_corrupt_file_is_one_line(tmp_path)
     path.write_bytes(bytes(data[: len(data) // 2]))  # truncated
     with pytest.raises(UserError, match="cannot be loaded"):
         read_state_dict(path)
+
+
+class Averaged(L.LightningModule):
+    """A net and a running average of it; ``export_prefix`` names the one that is saved.
+    val/acc rises every epoch, so the best weights are the last epoch's."""
+
+    def __init__(self, export_prefix: str):
+        super().__init__()
+        self.net, self.ema = nn.Linear(3, 2), nn.Linear(3, 2)
+        self.export_prefix = export_prefix
+
+    def training_step(self, batch, batch_idx):
+        return (self.net(batch[0]) ** 2).mean()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        with torch.no_grad():
+            for mine, avg in zip(self.net.parameters(), self.ema.parameters(), strict=True):
+                avg.mul_(0.5).add_(mine, alpha=0.5)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/acc", float(self.current_epoch))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("prefix", ["net.", "ema."])
+def test_the_safetensors_saved_equal_the_weights_trained(tmp_path, prefix):
+    from safetensors.torch import load_file
+
+    torch.manual_seed(0)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 3)), 4)
+    module = Averaged(prefix)
+    trainer = L.Trainer(
+        max_epochs=3, callbacks=[StateDictCheckpoint(dirpath=str(tmp_path))], logger=False,
+        enable_progress_bar=False, enable_checkpointing=False, num_sanity_val_steps=0,
+    )  # fmt: skip
+    trainer.fit(module, data, data)
+    trained = getattr(module, prefix.rstrip(".")).state_dict()
+    other = (module.ema if prefix == "net." else module.net).state_dict()
+    for name in ("best", "last"):
+        saved = load_file(tmp_path / f"{name}.safetensors")
+        assert set(saved) == set(trained)
+        assert all(torch.equal(saved[k], trained[k]) for k in trained)
+        assert not all(torch.equal(saved[k], other[k]) for k in other)  # the named weights
+    assert not list(tmp_path.glob("*.pt"))
