@@ -14,11 +14,12 @@ and ``.hydra/config.yaml`` reads as a YAML mapping; otherwise it is skipped and 
 with the reason (unfinished or failed runs included). A run reached twice counts once.
 
 The metric: by default each run's own ``optimized_metric`` (its saved config's, the one
-its best.pt was chosen by) and ``optimized_mode``; runs that optimize different metrics
+its best checkpoint was chosen by) and ``optimized_mode``; runs that optimize different metrics
 need ``metric=``. Test metrics are shown beside it and never used to rank (``metric=test/...``
 is allowed, with a note). Every value is of the run's selected epoch: a validation metric
 is ``checkpoints/best.json``'s value (or the csv row of that epoch), a test metric is of
-best.pt's weights; a run that kept no best.pt has its last epoch's value, labelled last.
+the best checkpoint's weights; a run that kept none has its last epoch's value, labelled
+last.
 
 Grouping rule: runs are grouped by their saved config (``.hydra/config.yaml`` as Hydra
 wrote it, interpolations left unresolved, so no Hydra runtime is needed), flattened to
@@ -77,8 +78,9 @@ above runs, searched recursively, or glob patterns) by their saved config, leavi
 replicate keys (seed, *.seed, *_seed), paths, hydra, task_name, tags, resume and per-run
 output locations, and prints per group: n, mean ± std and the 95% confidence interval
 (Student's t, kept inside [0, 1] for accuracy-like metrics) of the metric at each run's
-selected epoch (the one best.pt keeps; a last-epoch value is labelled last), and of
-test/acc, test/balanced_acc, test/macro_f1, val/acc, wall_time_s when every run has them.
+selected epoch (the one the best checkpoint keeps; a last-epoch value is labelled last),
+and of test/acc, test/balanced_acc, test/macro_f1, val/acc, wall_time_s when every run
+has them.
 Writes compare.md, compare.csv and compare.png into out (default: next to the inputs).
 
   metric=<name>     the metric to rank by (default: the runs' own optimized_metric, a

@@ -131,9 +131,10 @@ def _epochs_line(c: Comparison) -> str:
         else "Student's t"
     )
     return (
-        f"Epochs: `best N` is each run's selected epoch, the one best.pt keeps (best.json); "
-        f"test metrics are of best.pt's weights; `last N` and (last) mark a last-epoch value "
-        f"(a run that kept no best.pt). 95% CI of the mean over seeds: {interval}. Test "
+        f"Epochs: `best N` is each run's selected epoch, the one the best checkpoint keeps "
+        f"(checkpoints/best.json); test metrics are of those weights; `last N` and (last) "
+        f"mark a last-epoch value (a run that kept no best checkpoint). 95% CI of the mean "
+        f"over seeds: {interval}. Test "
         f"metrics are shown, never used to rank."
     )
 

@@ -69,7 +69,7 @@ class Run:
 
     @property
     def selected_epoch(self) -> int | None:
-        """The 1-based epoch best.pt keeps (best.json's), None for a run without one."""
+        """The 1-based epoch the best checkpoint keeps (best.json's), None for a run without one."""
         try:
             return sidecar_epoch(self.best) if self.best else None
         except (TypeError, ValueError, OverflowError):
@@ -84,7 +84,7 @@ class Run:
 @dataclass(frozen=True)
 class Value:
     """A metric of a run and the epoch it is from: ``best`` (the selected epoch, the one
-    best.pt keeps; for test metrics: best.pt's weights), ``last`` (the last epoch), or
+    best checkpoint keeps; for test metrics: its weights), ``last`` (the last epoch), or
     ``""`` for a number that is not per epoch (wall_time_s)."""
 
     value: float
@@ -104,8 +104,8 @@ PER_EPOCH = ("val/", "test/", "train/")
 def select(run: Run, metric: str) -> Value | str:
     """``metric`` of ``run`` at its selected epoch, or why it has none (one line).
 
-    A validation metric is best.json's value when best.pt was chosen by it, else the
-    ``csv/metrics.csv`` row of the selected epoch; test metrics are of best.pt's weights
+    A validation metric is best.json's value when the best checkpoint was chosen by it, else the
+    ``csv/metrics.csv`` row of the selected epoch; test metrics are of the best weights
     (training tests them); without best.json (no checkpoints kept) the value in
     metrics.json is the last epoch's, and labelled so.
     """
