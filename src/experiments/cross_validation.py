@@ -68,6 +68,7 @@ def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
     """``metrics.json`` (fold means, ``_std``, every fold) and ``cv.md``; returns the means."""
     from experiments.analysis.stats import summarize
     from experiments.runs.files import atomic_write, write_json
+    from experiments.runs.manifest import write_manifest
 
     keys = [
         k
@@ -102,6 +103,7 @@ def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
     )  # fmt: skip
     text = "\n".join(lines) + "\n"
     atomic_write(Path(run_dir) / "cv.md", lambda f: f.write(text.encode()))
+    write_manifest(run_dir)  # last: the folds keep their own manifests
     if metric in stats:
         s = stats[metric]
         log.info("cv: %s = %.4f ± %.4f over %d folds", metric, s.mean, s.std or 0, s.n)

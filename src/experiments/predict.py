@@ -129,6 +129,7 @@ def predict(
     writer.writerow(COLUMNS)
     writer.writerows(rows)
     atomic_write(output, lambda f: f.write(text.getvalue().encode()))
+    run.refresh_manifest()  # a predictions file written into the run is the run's from now on
     log.info("%d predictions with %s -> %s", len(rows), run.ckpt, output)
     return output
 
