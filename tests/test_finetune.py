@@ -11,6 +11,8 @@ import torch
 from experiments.build import datamodule_and_model
 from experiments.errors import UserError
 from experiments.models import backbone
+from experiments.runs.layout import RunDir
+from experiments.runs.weights import read_state_dict
 from experiments.train import train
 from tests.conftest import REPO, run_cli
 
@@ -103,7 +105,7 @@ def test_unknown_backbone_is_one_line_with_close_matches_exit_2(tmp_path, data_d
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, data_dir):
-    """A digits CNN trained for one epoch: its checkpoints/best.pt is what init_from loads."""
+    """A digits CNN trained for one epoch: its best weights are what init_from loads."""
     from hydra import compose, initialize_config_dir
 
     from experiments.config import CONF_DIR
@@ -125,7 +127,7 @@ def finished_run(tmp_path_factory, data_dir):
 
 
 def test_init_from_a_run_reproduces_its_backbone_and_drops_a_misfit_head(make_cfg, finished_run):
-    best = torch.load(finished_run / "checkpoints/best.pt", weights_only=True)
+    best = read_state_dict(RunDir(finished_run).best_weights)
     _, model = datamodule_and_model(make_cfg("model=cnn", f"model.init_from={finished_run}"))
     assert _assert_tensors_equal(model.net.state_dict(), best, skip="~") == len(best)
     # another class count (4 random classes of 8x8 images): the head is new, the rest the run's
@@ -140,10 +142,11 @@ def test_init_from_a_run_reproduces_its_backbone_and_drops_a_misfit_head(make_cf
     assert _assert_tensors_equal(state, best, skip="head.3") == len(best) - 2
 
 
-def test_init_from_a_run_without_best_pt_is_one_line(make_cfg, tmp_path):
-    (tmp_path / "empty_run").mkdir()
-    with pytest.raises(UserError, match="has no checkpoints/best.pt"):
-        datamodule_and_model(make_cfg("model=cnn", f"model.init_from={tmp_path / 'empty_run'}"))
+def test_init_from_a_run_without_best_weights_is_one_line(make_cfg, tmp_path):
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    with pytest.raises(UserError, match=f"has no checkpoints/{RunDir(empty).best_weights.name}"):
+        datamodule_and_model(make_cfg("model=cnn", f"model.init_from={empty}"))
 
 
 FREEZE = [
@@ -244,7 +247,7 @@ def test_pretrained_backbone_run_takes_the_weights_statistics_and_evals_without_
     stats = json.loads((run / "data_stats.json").read_text())
     mean = sum(timm.create_model("test_resnet").pretrained_cfg["mean"]) / 3
     assert stats["computed_from"] == "weights" and stats["mean"] == [pytest.approx(mean)]
-    weights.unlink()  # eval rebuilds the net and loads best.pt; the pretrained file is gone
+    weights.unlink()  # eval rebuilds the net, loads the best weights; the pretrained file is gone
     res = run_cli("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path, env_extra=ENV)
     assert res.returncode == 0, res.stderr[-3000:]
     trained = json.loads((run / "metrics.json").read_text())
