@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import yaml
@@ -72,3 +73,37 @@ def test_seeds_are_replicates_not_hyperparameters(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "| optimizer.lr |" in summary and "| seed |" not in summary
     assert not (tmp_path / "contour.png").exists()  # one real key: nothing to contour
+
+
+def test_plots_follow_the_sweeps_final_state_and_stale_ones_are_removed(tmp_path):
+    # two keys vary: parallel and contour plots, no one-key plot
+    grid = [("0.01", "32", 0.50), ("0.01", "64", 0.60), ("0.1", "32", 0.80), ("0.1", "64", 0.90)]
+    for num, (lr, width, acc) in enumerate(grid):
+        _job(tmp_path, num, [f"optimizer.lr={lr}", f"model.width={width}"], acc)
+    write_summary(tmp_path, "val/acc", "max")
+    assert (tmp_path / "contour.png").is_file() and not (tmp_path / "summary.png").exists()
+    # on resume the width=64 jobs ran again and failed: only lr varies among finished jobs
+    for num in (1, 3):
+        shutil.rmtree(tmp_path / str(num))
+        _job(tmp_path, num, ["optimizer.lr=1.0", "model.width=64"], None, status="failed")
+    write_summary(tmp_path, "val/acc", "max")
+    assert not (tmp_path / "contour.png").exists()  # drawn for a state that is gone
+    assert (tmp_path / "summary.png").is_file() and (tmp_path / "parallel.png").is_file()
+    assert "from the 2 finished jobs" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_one_key_plot_averages_seeds_and_is_redrawn_when_a_job_ends(tmp_path):
+    # lr x seed, jobs in Hydra's order: after two jobs only the seed varied
+    jobs = [("0.01", 0, 0.50), ("0.01", 1, 0.52), ("0.1", 0, 0.80), ("0.1", 1, 0.90)]
+    for num, (lr, seed, acc) in enumerate(jobs[:2]):
+        _job(tmp_path, num, [f"optimizer.lr={lr}", f"seed={seed}"], acc)
+    write_summary(tmp_path, "val/acc", "max")
+    assert not (tmp_path / "summary.png").exists()  # the seed is no parameter to plot by
+    for num, (lr, seed, acc) in enumerate(jobs[2:], start=2):
+        _job(tmp_path, num, [f"optimizer.lr={lr}", f"seed={seed}"], acc)
+        write_summary(tmp_path, "val/acc", "max")
+    fresh = tmp_path / "fresh"
+    for num, (lr, seed, acc) in enumerate(jobs):
+        _job(fresh, num, [f"optimizer.lr={lr}", f"seed={seed}"], acc)
+    write_summary(fresh, "val/acc", "max")  # all four at once: the final state
+    assert (tmp_path / "summary.png").read_bytes() == (fresh / "summary.png").read_bytes()

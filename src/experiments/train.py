@@ -161,11 +161,14 @@ class ChosenEpoch:
 
     def tracker_summary(self, metrics: dict[str, float]) -> dict[str, float]:
         """What a tracker's run summary shows at the end: the chosen epoch's values under
-        their own names, the last epoch's as ``<name>_last``, and ``best_epoch``."""
+        their own names, every ``val/*`` of the last epoch as ``<name>_last``, and
+        ``best_epoch`` (``tracking.finish_loggers`` drops a ``val/*`` name known only at
+        the last epoch, so an unlabelled name always means the chosen epoch)."""
         if self.epoch is None:
             return {}
-        last = {f"{k}_last": metrics[k] for k in self.val if k in metrics}
-        return {**self.val, **last, f"{self.monitor}_best": self.value, "best_epoch": self.epoch}
+        last = {f"{k}_last": v for k, v in metrics.items() if k.startswith("val/")
+                and not k.endswith("_best")}  # fmt: skip
+        return {**last, **self.val, f"{self.monitor}_best": self.value, "best_epoch": self.epoch}
 
 
 def chosen_epoch(run_dir: Path, monitor: str, callbacks) -> ChosenEpoch:

@@ -165,8 +165,17 @@ def _record_summary(logger, summary: Mapping[str, float]) -> None:
         run = opened_experiment(logger)
         if run is not None and hasattr(run, "summary") and hasattr(run.summary, "update"):
             run.summary.update(dict(summary))  # W&B: overrides the last-value default
+            for name in _only_last(summary):
+                if name in run.summary.keys():  # its last value stays, as <name>_last
+                    del run.summary[name]
     except Exception as err:
         log.warning("could not record the run summary in %s: %s", type(logger).__name__, err)
+
+
+def _only_last(summary: Mapping[str, float]) -> list[str]:
+    """Names the summary knows only at the last epoch (``<name>_last`` without ``<name>``)."""
+    return [k[: -len("_last")] for k in summary
+            if k.endswith("_last") and k[: -len("_last")] not in summary]  # fmt: skip
 
 
 def _upload_checkpoints(run, checkpoint_dir: Path) -> None:
