@@ -166,13 +166,17 @@ def test_verify_of_a_corrupt_run_file_is_one_line_and_never_a_match(finished, tm
 
 
 def test_verify_never_matches_weights_it_did_not_compare(finished, tmp_path):
-    import torch
+    from safetensors.torch import save_file
+
+    from experiments.runs.layout import RunDir
 
     run = _copy(finished, tmp_path)
-    torch.save({}, run / "checkpoints" / "best.pt")  # no tensors: nothing to compare
+    best = RunDir(run).best_weights
+    save_file({}, best)  # a valid weights file with no tensors: nothing to compare
     res = run_cli("-m", "experiments.verify", f"run_dir={run}", cwd=tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr[-2000:]
-    assert "NOT verified" in res.stdout and "best.pt: holds no tensors to compare" in res.stdout
+    assert "NOT verified" in res.stdout, res.stdout
+    assert f"{best.name}: holds no tensors to compare" in res.stdout, res.stdout
 
 
 # a value that would run something if it left its quotes or its comment line
