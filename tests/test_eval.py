@@ -4,6 +4,7 @@ test/acc, checkpoint choice, overrides, refusal of foreign ``_target_``s, one-li
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from omegaconf import OmegaConf
 from experiments.config import CONF_DIR
 from experiments.errors import UserError
 from experiments.eval import evaluate, main
+from experiments.runs.layout import RunDir
 from experiments.train import train
 from tests.conftest import run_cli
 
@@ -77,7 +79,7 @@ def test_reproduces_the_runs_test_acc_exactly(trained_run):
     assert metrics["test/acc"] == trained["test/acc"]
     saved = json.loads((trained_run / "eval_metrics.json").read_text())
     assert saved["test/acc"] == trained["test/acc"]
-    assert saved["ckpt"] == str((trained_run / "checkpoints" / "best.safetensors").resolve())
+    assert saved["ckpt"] == str(RunDir(trained_run).best_weights.resolve())
     assert (
         saved["ckpt_epoch"]
         == json.loads((trained_run / "checkpoints" / "best.json").read_text())["epoch"]
@@ -94,19 +96,18 @@ def test_reproduces_the_runs_test_acc_exactly(trained_run):
 def test_ckpt_last_and_a_file_path(run_copy):
     last = evaluate(run_copy, ckpt="last")
     saved = json.loads((run_copy / "eval_metrics.json").read_text())
-    assert saved["ckpt"].endswith("last.safetensors") and 0.0 <= last["test/acc"] <= 1.0
+    last_weights = RunDir(run_copy).last_weights
+    assert saved["ckpt"] == str(last_weights.resolve()) and 0.0 <= last["test/acc"] <= 1.0
     sidecar = json.loads((run_copy / "checkpoints" / "last.json").read_text())
     assert saved["ckpt_epoch"] == sidecar["epoch"]
-    moved = shutil.copy(
-        run_copy / "checkpoints" / "last.safetensors", run_copy / "elsewhere.safetensors"
-    )
+    moved = shutil.copy(last_weights, run_copy / f"elsewhere{last_weights.suffix}")
     assert evaluate(run_copy, ckpt=str(moved)) == last
 
 
 def test_corrupt_or_missing_checkpoint_names_the_file(run_copy):
-    best = run_copy / "checkpoints" / "best.safetensors"
+    best = RunDir(run_copy).best_weights
     best.write_bytes(best.read_bytes()[:100])  # truncated, as by a kill mid-copy
-    with pytest.raises(UserError, match="best.safetensors"):
+    with pytest.raises(UserError, match=re.escape(best.name)):
         evaluate(run_copy)
     with pytest.raises(UserError, match="checkpoint not found: .*nope.pt"):
         evaluate(run_copy, ckpt="nope.pt")
@@ -223,14 +224,15 @@ def test_each_checkpoints_evaluation_is_kept_and_names_its_epoch_and_count(run_c
     latest result is kept under "evaluations", with its epoch and test sample count."""
     last = evaluate(run_copy, "last")
     best = evaluate(run_copy, "best")
+    best_name, last_name = RunDir(run_copy).best_weights.name, RunDir(run_copy).last_weights.name
     saved = json.loads((run_copy / "eval_metrics.json").read_text())
-    assert saved["ckpt_name"] == "best.safetensors" and saved["test/acc"] == best["test/acc"]
+    assert saved["ckpt_name"] == best_name and saved["test/acc"] == best["test/acc"]
     kept = saved["evaluations"]
-    assert sorted(kept) == ["best.safetensors", "last.safetensors"]
-    assert kept["last.safetensors"]["test/acc"] == last["test/acc"]
+    assert sorted(kept) == sorted([best_name, last_name])
+    assert kept[last_name]["test/acc"] == last["test/acc"]
     sidecar = json.loads((run_copy / "checkpoints" / "last.json").read_text())
-    assert kept["last.safetensors"]["ckpt_epoch"] == sidecar["epoch"]
+    assert kept[last_name]["ckpt_epoch"] == sidecar["epoch"]
     counts = json.loads((run_copy / "data_counts.json").read_text())
-    assert kept["last.safetensors"]["samples"] == {"test": sum(counts["test"].values())}
+    assert kept[last_name]["samples"] == {"test": sum(counts["test"].values())}
     card = (run_copy / "model_card.md").read_text()
-    assert f"## Test results: last.safetensors (last epoch {sidecar['epoch']})" in card
+    assert f"## Test results: {last_name} (last epoch {sidecar['epoch']})" in card
