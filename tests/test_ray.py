@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.runs.layout import RunDir
 from tests.conftest import REPO, run_cli, run_process
 
 pytest.importorskip("ray")
@@ -76,7 +77,7 @@ def _jobs(sweep: Path) -> list[dict]:
 
 
 def _complete(job_dir: Path) -> bool:
-    return all((job_dir / f).is_file() for f in ("metrics.json", "checkpoints/best.pt"))
+    return (job_dir / "metrics.json").is_file() and RunDir(job_dir).best_weights.is_file()
 
 
 def test_an_optuna_search_queues_its_trials_for_the_slots_of_both_nodes(

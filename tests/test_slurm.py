@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from experiments.runs.layout import RunDir
+from experiments.runs.weights import read_state_dict
 from tests.conftest import REPO, SUBPROCESS_TIMEOUT, run_process
 from tests.slurm_cluster import FINAL_STATES, SlurmCluster, slurm_cluster  # noqa: F401
 
@@ -72,7 +74,7 @@ def _runs(log_dir: Path, task: str = "train") -> list[Path]:
 
 
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    return read_state_dict(RunDir(run_dir).last_weights)
 
 
 def _assert_same_weights(run_dir: Path, reference_dir: Path) -> None:

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from experiments.errors import UserError
+from experiments.runs.layout import RunDir
+from experiments.runs.weights import read_state_dict
 from experiments.train import train
 from tests.test_reliability import EXACT, _assert_same_training_state
 
@@ -33,10 +35,10 @@ def test_ema_weights_are_validated_and_saved_and_resume_stays_bit_exact(make_cfg
         tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
     )
     state = _ckpt(tmp_path / "A/checkpoints/last.ckpt")["state_dict"]
-    exported = _ckpt(tmp_path / "A/checkpoints/last.pt")
+    exported = read_state_dict(RunDir(tmp_path / "A").last_weights)
     ema_weights = {k.removeprefix("ema."): v for k, v in state.items() if k.startswith("ema.")}
     assert exported.keys() == ema_weights.keys()
-    assert all(torch.equal(exported[k], ema_weights[k]) for k in exported)  # last.pt is the EMA
+    assert all(torch.equal(exported[k], ema_weights[k]) for k in exported)  # they are the EMA
     assert any(not torch.equal(exported[k], state[f"net.{k}"]) for k in exported)  # not the raw
 
 
@@ -49,7 +51,7 @@ def test_the_validated_weights_are_the_ema(make_cfg, tmp_path):
     dm = instantiate(cfg.data)
     dm.setup("fit")
     net = instantiate(cfg.model.net, in_shape=dm.input_shape, num_classes=dm.num_classes)
-    net.load_state_dict(_ckpt(tmp_path / "run/checkpoints/last.pt"))  # the EMA weights
+    net.load_state_dict(read_state_dict(RunDir(tmp_path / "run").last_weights))  # the EMA
     net.eval()
     with torch.no_grad():
         right = sum(int((net(x).argmax(1) == y).sum()) for x, y in dm.val_dataloader())

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from experiments.runs.layout import RunDir
 from tests import warm
 from tests.conftest import run_cli
 
@@ -32,7 +33,7 @@ def test_a_warm_run_is_the_run_a_fresh_interpreter_makes(tmp_path, data_dir):
     assert cold[0] == hot[0] == 0, cold[2][-2000:] + hot[2][-2000:]
     assert cold[1] == hot[1]  # stdout
     assert cold[2] == hot[2]  # stderr: Lightning's notices stay off the console either way
-    weights = [(tmp_path / n / "checkpoints" / "best.pt").read_bytes() for n in ("cold", "warm")]
+    weights = [RunDir(tmp_path / n).best_weights.read_bytes() for n in ("cold", "warm")]
     assert weights[0] == weights[1]
     metrics = [json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("cold", "warm")]
     for m in metrics:
