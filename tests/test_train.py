@@ -173,8 +173,10 @@ def test_train_epoch_accuracy_and_loss_are_those_of_every_training_sample(make_c
     dm = instantiate(cfg.data)
     dm.setup("fit")
     net = instantiate(cfg.model.net, in_shape=dm.input_shape, num_classes=dm.num_classes)
-    state = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)
-    net.load_state_dict(state)
+    from experiments.runs.layout import RunDir
+    from experiments.runs.weights import read_state_dict
+
+    net.load_state_dict(read_state_dict(RunDir(tmp_path / "run").last_weights))
     x, y = (torch.cat(t) for t in zip(*dm.train_dataloader(), strict=True))
     with torch.no_grad():
         logits = net(x)
