@@ -1,10 +1,14 @@
 """MLflow tracking: real runs into a local SQLite store, read back with MLflow's own client:
-params redacted and length-safe, metrics per epoch, best.pt as artifact, one run per job."""
+params redacted and length-safe, metrics per epoch, the best weights as artifact, one run
+per job."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from experiments.runs.layout import RunDir
 from experiments.secrets import REDACTED
 from experiments.tracking.mlflow import MAX_VALUE_LENGTH, flatten_params
 from tests.conftest import REPO, run_cli
@@ -71,7 +75,10 @@ def test_run_logs_redacted_params_epoch_metrics_and_best_checkpoint(make_cfg, tm
     assert len(history) == 2  # one value per epoch
     assert "test/acc" in run.data.metrics
     files = {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")}
-    assert files == {"checkpoints/best.pt", "checkpoints/best.json"}
+    best = RunDir(tmp_path / "run").best_weights
+    assert files == {f"checkpoints/{best.name}", "checkpoints/best.json"}
+    got = client.download_artifacts(run.info.run_id, f"checkpoints/{best.name}", str(tmp_path))
+    assert Path(got).read_bytes() == best.read_bytes()  # the run's own best weights
     # the secret reached neither the store nor the artifacts
     leaks = [p for p in tmp_path.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
     assert leaks == []
