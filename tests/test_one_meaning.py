@@ -64,7 +64,7 @@ def test_a_run_reports_validation_at_the_epoch_best_pt_keeps(tmp_path, data_dir)
 
     out = res.stdout + res.stderr
     (done,) = [line for line in out.splitlines() if "done in" in line]
-    assert f"val/acc={value:.4f} (best, epoch {epoch} of 3)" in done
+    assert f"val/acc={value:.4f} (epoch {epoch} of 3, best)" in done
     assert f"test/acc={metrics['test/acc']:.4f}" in done
     assert f"{last:.4f}" not in done  # the last epoch's 0.3333 is not shown as val/acc
     table_acc = re.search(r"^acc\s+([\d.]+)\s+([\d.]+)$", out, flags=re.M)

@@ -139,15 +139,15 @@ class ChosenEpoch:
         }
 
     def done_line(self, metrics: dict[str, float], epochs: int) -> str:
-        """``val/acc=0.9444 (best, epoch 7 of 10)  test/acc=0.9444``: validation at the
+        """``val/acc=0.9444 (epoch 7 of 10, best)  test/acc=0.9444``: validation at the
         epoch whose weights were tested, or at the last epoch, labelled as such."""
         test = [f"{k}={metrics[k]:.4f}" for k in ("test/acc",) if k in metrics]
         if self.epoch is not None and self.value is not None:
-            shown = [f"{self.monitor}={self.value:.4f} (best, epoch {self.epoch} of {epochs})"]
+            shown = [f"{self.monitor}={self.value:.4f} (epoch {self.epoch} of {epochs}, best)"]
             if self.monitor != "val/acc" and "val/acc" in self.val:  # chosen by another metric
                 shown.append(f"val/acc={self.val['val/acc']:.4f}")
             return "  ".join(shown + test)
-        last = [f"{k}={metrics[k]:.4f} (last, epoch {epochs})" for k in ("val/acc",)
+        last = [f"{k}={metrics[k]:.4f} (epoch {epochs}, last)" for k in ("val/acc",)
                 if k in metrics]  # fmt: skip
         return "  ".join(last + test)
 
