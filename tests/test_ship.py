@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from experiments.runs.layout import RunDir
 from tests.conftest import REPO, run_cli, train_cli
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -128,6 +129,7 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
     from experiments.analysis.calibration import T_RANGE
 
     run = _copy(finished_run, tmp_path)
+    best, last = RunDir(run).best_weights.name, RunDir(run).last_weights.name
     images = tmp_path / "images"
     images.mkdir()
     digits = sorted((finished_run.parent / "data" / "digits" / "images").glob("*.png"))[:20]
@@ -148,7 +150,7 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads((run / "calibration.json").read_text())
     assert report["applied"] is True and T_RANGE[0] < report["temperature"] < T_RANGE[1]
-    assert report["val/n"] >= 100 and report["ckpt"] == "best.safetensors"
+    assert report["val/n"] >= 100 and report["ckpt"] == best
     assert report["val/ece_after"] < report["val/ece_before"]
     assert report["val/nll_after"] < report["val/nll_before"]
     assert all(c["nll_after"] < c["nll_before"] for c in report["cross_fit"])
@@ -157,7 +159,7 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
     after, said = probabilities("after.csv")
     assert len(said) == 1, said
     assert f"probabilities temperature-scaled: T = {report['temperature']:.4g} from " in said[0]
-    assert "calibration.json (fitted on the validation split for best.safetensors" in said[0]
+    assert f"calibration.json (fitted on the validation split for {best}" in said[0]
     assert [p for p, _ in after] == [p for p, _ in before]  # a temperature keeps the argmax
     assert [q for _, q in after] != [q for _, q in before]
     res = run_cli("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path)
@@ -167,16 +169,14 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
     assert (run / "reliability.png").is_file()
     card = (run / "model_card.md").read_text()
     assert f"- T = {report['temperature']:.4g} applied: " in card
-    assert "## Test results: best.safetensors (selected epoch 4)" in card
+    assert f"## Test results: {best} (selected epoch 4)" in card
     assert "| test/acc |" in card and "(n=" in card
     assert "| test/ece after calibration |" in card
     # the temperature belongs to the best weights: the last ones are left as they are
     res = run_cli("-m", "experiments.predict", f"run_dir={run}", f"input={images}", "ckpt=last",
                   f"output={tmp_path / 'last.csv'}", cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
-    assert (
-        "was fitted for best.safetensors, not last.safetensors: probabilities are not" in res.stderr
-    )
+    assert f"was fitted for {best}, not {last}: probabilities are not" in res.stderr
 
 
 @pytest.mark.parametrize(
@@ -195,11 +195,19 @@ def test_export_and_calibrate_mistakes_are_one_line(finished_run, tmp_path, comm
     assert len(lines) == 1 and message in lines[0], res.stderr[-2000:]
 
 
-def test_a_run_without_best_pt_is_refused_by_export(finished_run, tmp_path):
+def test_a_run_without_best_weights_is_refused_by_export(finished_run, tmp_path):
     run = _copy(finished_run, tmp_path)
-    (run / "checkpoints" / "best.safetensors").unlink()
+    best = RunDir(run).best_weights
+    best.unlink()
+    # the run's manifest lists the file: its absence is tampering (exit 1), named
     res = run_cli("-m", "experiments.export", f"run_dir={run}", cwd=tmp_path)
-    assert res.returncode == 2 and "best.safetensors" in res.stderr.strip().splitlines()[-1]
+    said = res.stderr.strip().splitlines()[-1]
+    assert res.returncode == 1 and f"{best}: listed in manifest.json but missing" in said, said
+    # a run without a manifest (an older one): export's own check names the file, exit 2
+    RunDir(run).manifest.unlink()
+    res = run_cli("-m", "experiments.export", f"run_dir={run}", cwd=tmp_path)
+    said = res.stderr.strip().splitlines()[-1]
+    assert res.returncode == 2 and best.name in said and said.startswith("error: "), said
 
 
 def test_a_missing_onnx_runtime_names_the_extra():
