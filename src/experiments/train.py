@@ -284,7 +284,8 @@ def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, fl
         best = read_sidecar(checkpoints.best_path.with_suffix(".json"))  # a file: data
         value = best.get("value")
         log.info(
-            "testing best.pt (epoch %d, %s=%s)",
+            "testing %s (epoch %d, %s=%s)",
+            checkpoints.best_path.name,
             sidecar_epoch(best),
             best.get("monitor"),
             f"{value:.4f}" if value is not None else "?",

@@ -133,6 +133,8 @@ class StateDictCheckpoint(L.Callback):
                 "net": self.net_config,
                 "in_shape": list(getattr(datamodule, "input_shape", []) or []),
                 "class_names": list(getattr(datamodule, "class_names", []) or []),
+                # every validation scalar of this epoch: what "val/*" means at the chosen epoch
+                "metrics": _val_scalars(trainer.callback_metrics),
                 **({"reason": self.reason, "warnings": self.warnings} if name == "best" else {}),
             },
         )
@@ -216,3 +218,15 @@ class StateDictCheckpoint(L.Callback):
         self.reason = state_dict.get("reason")
         self.warnings = list(state_dict.get("warnings") or [])
         self._warned = set(state_dict.get("warned") or [])
+
+
+def _val_scalars(metrics) -> dict[str, float]:
+    """The ``val/*`` scalars Lightning holds now (finite numbers only: JSON has no NaN)."""
+    out = {}
+    for key, value in metrics.items():
+        if not str(key).startswith("val/") or getattr(value, "numel", lambda: 1)() != 1:
+            continue
+        number = float(value)
+        if math.isfinite(number):
+            out[str(key)] = number
+    return out
