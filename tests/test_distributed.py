@@ -10,6 +10,8 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from experiments.runs.layout import RunDir
+from experiments.runs.weights import read_state_dict
 from experiments.train import train
 from tests.conftest import REPO, run_cli
 
@@ -49,7 +51,7 @@ def test_two_process_run_one_dir_disjoint_shards_global_val_acc(tmp_path, data_d
     n_train = 400 - round(400 * 0.15)  # data=digits' val_fraction; test comes from the set
     assert len(shards[0]) == len(shards[1]) == n_train // 2
 
-    # the logged val/acc is the all-ranks value: recompute it in one process from best.pt
+    # the logged val/acc is the all-ranks value: recompute it in one process from the best weights
     metrics = json.loads((runs[0] / "metrics.json").read_text())
     assert metrics["epochs"] == 1 and metrics["global_step"] == -(-n_train // 2 // 16)
     cfg = make_cfg(dataset.replace(str(reads), str(tmp_path / "reads2")), "data.batch_size=16")
@@ -57,7 +59,7 @@ def test_two_process_run_one_dir_disjoint_shards_global_val_acc(tmp_path, data_d
     dm = instantiate(cfg.data)
     dm.setup()
     net = instantiate(cfg.model.net, in_shape=dm.input_shape, num_classes=dm.num_classes)
-    net.load_state_dict(torch.load(runs[0] / "checkpoints" / "best.pt", weights_only=True))
+    net.load_state_dict(read_state_dict(RunDir(runs[0]).best_weights))
     net.eval()
     with torch.no_grad():
         correct = sum(int((net(x).argmax(1) == y).sum()) for x, y in dm.val_dataloader())
@@ -152,7 +154,7 @@ def test_frozen_backbone_stays_exactly_at_its_start_under_ddp(tmp_path, data_dir
     )
     assert res.returncode == 0, res.stderr[-3000:]
     (run,) = (tmp_path / "outputs" / "train" / "runs").iterdir()
-    trained = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    trained = read_state_dict(RunDir(run).last_weights)
     L.seed_everything(3, verbose=False)  # the same initial weights as the run's
     _, model = datamodule_and_model(make_cfg(*args))
     start = model.net.state_dict()

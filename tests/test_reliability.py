@@ -18,6 +18,8 @@ import torch
 
 from experiments.errors import UserError, find_user_error
 from experiments.runs.checkpoint_io import AtomicCheckpointIO, newest_valid_checkpoint
+from experiments.runs.layout import RunDir
+from experiments.runs.weights import read_state_dict
 from experiments.train import train
 from tests.conftest import REPO, run_cli, run_process
 from tests.helpers import Payload
@@ -250,7 +252,8 @@ def test_non_finite_loss_on_an_epochs_last_step_is_caught_before_its_checkpoints
     full = _load(ckpt / "last.ckpt")
     assert (full["epoch"], full["global_step"]) == (0, 6)  # epoch 1's, not epoch 2's
     assert all(torch.isfinite(v).all() for v in full["state_dict"].values())
-    assert all(torch.isfinite(v).all() for v in _load(ckpt / "last.pt").values())
+    last = read_state_dict(RunDir(tmp_path / "run").last_weights)
+    assert all(torch.isfinite(v).all() for v in last.values())
 
 
 def test_resume_after_the_last_epoch_still_records_validation_metrics(make_cfg, tmp_path):
@@ -298,7 +301,8 @@ def test_non_finite_loss_stops_within_the_step_and_keeps_finite_checkpoints(make
     ckpt = tmp_path / "run" / "checkpoints"
     full = _load(ckpt / "last.ckpt")
     assert all(torch.isfinite(v).all() for v in full["state_dict"].values())
-    assert all(torch.isfinite(v).all() for v in _load(ckpt / "last.pt").values())
+    last = read_state_dict(RunDir(tmp_path / "run").last_weights)
+    assert all(torch.isfinite(v).all() for v in last.values())
     assert full["global_step"] < step
 
 

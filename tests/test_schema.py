@@ -10,6 +10,7 @@ import pytest
 
 from experiments.config import schema
 from experiments.errors import UserError
+from experiments.runs.layout import RunDir
 from tests.conftest import REPO, run_cli
 
 
@@ -129,7 +130,7 @@ def test_an_argument_added_in_one_file_is_set_and_checked_from_the_command_line(
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     assert "activation: gelu" in (run / ".hydra" / "config.yaml").read_text()
-    assert (run / "checkpoints" / "best.pt").is_file()
+    assert RunDir(run).best_weights.is_file()
 
 
 def test_the_source_cache_is_used_checked_against_the_files_and_never_trusted(

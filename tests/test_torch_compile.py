@@ -7,7 +7,8 @@ import torch
 from hydra.utils import instantiate
 
 from experiments.callbacks import TorchCompile
-from experiments.runs.weights import load_state_dict_file
+from experiments.runs.layout import RunDir
+from experiments.runs.weights import load_state_dict_file, safe_load
 from experiments.train import train
 
 
@@ -36,8 +37,8 @@ def test_compiled_run_checkpoints_load_uncompiled(make_cfg, tmp_path, monkeypatc
     )
     train(cfg)
     assert seen[0].compiled and seen[0].first_step_s > 0 and seen[0].graph_breaks == 0
-    best = tmp_path / "run" / "checkpoints" / "best.pt"
-    compiled_keys = set(torch.load(best, weights_only=True))
+    best = RunDir(tmp_path / "run").best_weights
+    compiled_keys = set(safe_load(best))  # as written (read_state_dict would strip a prefix)
     eager = instantiate(cfg.model.net, in_shape=(1, 8, 8), num_classes=10)
     assert compiled_keys == set(eager.state_dict())
     load_state_dict_file(eager, best)

@@ -6,6 +6,7 @@ import csv
 
 import pytest
 
+from experiments.runs.layout import RunDir
 from experiments.train import train
 
 
@@ -14,8 +15,8 @@ def test_default_run_dir_holds_checkpoints_and_plots(make_cfg, tmp_path):
     metrics = train(make_cfg("trainer.max_epochs=3"))
     run = tmp_path / "run"
     for name in (
-        "checkpoints/best.pt",
-        "checkpoints/last.pt",
+        RunDir(run).best_weights.relative_to(run),
+        RunDir(run).last_weights.relative_to(run),
         "confusion_matrix.png",
         "learning_curves.png",
         "confusion_matrix.csv",
