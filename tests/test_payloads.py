@@ -1,6 +1,7 @@
 """A run folder is data, not a program (trust round 4): a payload that would create a marker
 file if anything ran it is planted in one place of a copy of a real run -- its saved config,
-its saved overrides, a checkpoint sidecar, a checkpoint, a note -- and every command that
+its saved overrides, a checkpoint sidecar, a checkpoint (the weights as runs write them now,
+or an older run's best.pt/last.pt), a note -- and every command that
 reads run folders is run on it through the real CLI. The marker never appears, and the
 command answers as it decides (exit 0, 1 or 2) without a traceback.
 
@@ -25,6 +26,8 @@ import pytest
 import torch
 import yaml
 
+from experiments.runs.layout import OLD_WEIGHTS_SUFFIX, RunDir
+from experiments.runs.weights import read_state_dict
 from tests.conftest import run_cli, run_process, train_cli
 from tests.helpers import Payload
 
@@ -124,16 +127,37 @@ def plant_sidecar(run: Path, marker: Path) -> None:
         path.write_text(json.dumps(sidecar))
 
 
+def _weights(run: Path) -> list[Path]:
+    """The run's best and last weights files, and no manifest.json: whoever can rewrite the
+    weights can delete it too (the run then reads as an older one), so the readers' own
+    loading is what meets the payload, not the manifest check in front of it."""
+    RunDir(run).manifest.unlink(missing_ok=True)
+    return [RunDir(run).best_weights, RunDir(run).last_weights]
+
+
 def plant_checkpoint(run: Path, marker: Path) -> None:
-    for name in ("best.pt", "last.pt"):
-        path = run / "checkpoints" / name
-        state = torch.load(path, weights_only=True)
+    # a pickle that carries the payload beside the run's tensors, under the weights' own name
+    # (best.safetensors now): it must be parsed as safetensors and refused, never unpickled
+    for path in _weights(run):
+        # copies: safetensors maps the file, and rewriting a mapped file under its tensors
+        # is a bus error
+        state = {k: v.clone() for k, v in read_state_dict(path).items()}
         torch.save({**state, "pwn": Payload(str(marker))}, path)
     path = run / "checkpoints" / "last.ckpt"
     ckpt = torch.load(path, weights_only=False)  # our own file, written by the run
     ckpt["pwn"] = Payload(str(marker))
     ckpt["callbacks"]["pwn"] = Payload(str(marker))
     torch.save(ckpt, path)
+
+
+def plant_old_checkpoint(run: Path, marker: Path) -> None:
+    # an older run's weights (best.pt, last.pt: torch.save pickles), the payload inside:
+    # loaded with torch.load(weights_only=True), which refuses it
+    for path in _weights(run):
+        state = read_state_dict(path)
+        torch.save({**state, "pwn": Payload(str(marker))}, path.with_suffix(OLD_WEIGHTS_SUFFIX))
+        path.unlink()
+    assert RunDir(run).best_weights.suffix == OLD_WEIGHTS_SUFFIX  # what the readers will open
 
 
 NOTE = "<script>alert(1)</script> $(touch {m}) `touch {m}`\n"
@@ -163,6 +187,7 @@ PLACES = {
     "overrides_tag": plant_overrides_tag,
     "sidecar": plant_sidecar,
     "checkpoint": plant_checkpoint,
+    "old_checkpoint": plant_old_checkpoint,
     "note": plant_note,
     "run_files": plant_run_files,
 }
@@ -219,6 +244,9 @@ def test_a_planted_payload_never_runs(trained, tmp_path, data_dir, place, comman
     assert not marker.exists(), "the payload ran: " + report
     assert "Traceback" not in res.stderr, report
     assert res.returncode in (0, 1, 2), report
+    if place.endswith("checkpoint") and command in READERS and command != "compare":
+        # no manifest in front of it: the weights loader itself met the payload and refused it
+        assert res.returncode == 2 and "cannot be loaded" in res.stderr, report
     if res.returncode == 2 and command != "reproduce":  # a refusal is one line
         lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
         assert len(lines) == 1, report
