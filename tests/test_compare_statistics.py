@@ -5,7 +5,7 @@ seeds (Holm across groups), names no winner on a null sweep, and re-runs the top
 fresh seeds (``confirm_top_k``).
 
 The null sweep and the confirmation are real runs through the train CLI (debug=limit: 2
-short epochs, best.pt kept); the rest are small run folders written here."""
+short epochs, the best weights kept); the rest are small run folders written here."""
 
 from __future__ import annotations
 

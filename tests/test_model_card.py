@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from experiments.runs.layout import RunDir
 from tests.conftest import run_cli, train_cli, write_image_folder
 
 
@@ -36,34 +37,36 @@ def _sections(card: str) -> dict[str, str]:
 
 def test_eval_ckpt_last_is_labelled_last_beside_the_best_checkpoints_numbers(image_run, tmp_path):
     run = shutil.copytree(image_run, tmp_path / "run")
+    best_name, last_name = RunDir(run).best_weights.name, RunDir(run).last_weights.name
     best = json.loads((run / "checkpoints" / "best.json").read_text())
     last = json.loads((run / "checkpoints" / "last.json").read_text())
     trained = json.loads((run / "metrics.json").read_text())
     _cli("eval", run, "ckpt=last")
     _cli("export", run, "format=torchscript")
     sections = _sections((run / "model_card.md").read_text())
-    best_title = f"Test results: best.safetensors (selected epoch {best['epoch']})"
-    last_title = f"Test results: last.safetensors (last epoch {last['epoch']})"
+    best_title = f"Test results: {best_name} (selected epoch {best['epoch']})"
+    last_title = f"Test results: {last_name} (last epoch {last['epoch']})"
     assert best_title in sections and last_title in sections, list(sections)
     # the best weights' numbers are training's test of them, the last ones' are eval's
     assert f"| test/acc | {trained['test/acc']:.4f} |" in sections[best_title]
     assert "from the test at the end of training" in sections[best_title]
     evaluated = json.loads((run / "eval_metrics.json").read_text())
-    assert evaluated["ckpt_name"] == "last.safetensors"  # the newest evaluation stays on top
+    assert evaluated["ckpt_name"] == last_name  # the newest evaluation stays on top
     assert f"| test/acc | {evaluated['test/acc']:.4f} |" in sections[last_title]
     assert "from experiments.eval" in sections[last_title]
     # export names the checkpoint it exported, so no section is left unlabelled
-    assert f"from best.safetensors (selected epoch {best['epoch']})" in sections["Export"]
+    assert f"from {best_name} (selected epoch {best['epoch']})" in sections["Export"]
     # an evaluation of the best weights afterwards replaces training's numbers there, last's stay
     _cli("eval", run)
     sections = _sections((run / "model_card.md").read_text())
     assert "from experiments.eval" in sections[best_title] and last_title in sections
     kept = json.loads((run / "eval_metrics.json").read_text())["evaluations"]
-    assert sorted(kept) == ["best.safetensors", "last.safetensors"]
+    assert sorted(kept) == sorted([best_name, last_name])
 
 
 def test_every_number_in_the_card_names_its_split_and_sample_count(image_run, tmp_path):
     run = shutil.copytree(image_run, tmp_path / "run")
+    best_name, last_name = RunDir(run).best_weights.name, RunDir(run).last_weights.name
     counts = json.loads((run / "data_counts.json").read_text())
     n_val, n_test = sum(counts["val"].values()), sum(counts["test"].values())
     _cli("eval", run, "ckpt=last")
@@ -72,8 +75,8 @@ def test_every_number_in_the_card_names_its_split_and_sample_count(image_run, tm
     sections = _sections((run / "model_card.md").read_text())
     checkpoints = sections["Checkpoints"]
     assert checkpoints.count(f"on the validation split (n={n_val})") == 2
-    assert "- selected: best.safetensors (selected epoch " in checkpoints
-    assert "- last epoch: last.safetensors (last epoch " in checkpoints
+    assert f"- selected: {best_name} (selected epoch " in checkpoints
+    assert f"- last epoch: {last_name} (last epoch " in checkpoints
     assert "the last epoch's value, not the selected one" in checkpoints
     best = json.loads((run / "checkpoints" / "best.json").read_text())
     assert f"- why this epoch: {best['reason'][:20]}" in checkpoints
@@ -84,5 +87,5 @@ def test_every_number_in_the_card_names_its_split_and_sample_count(image_run, tm
         assert f"Test split, n={n_test};" in body and f"(n={n_test})" in body
     calibration = sections["Calibration"]
     assert f"| val (n={n_val}) |" in calibration and f"| test (n={n_test}) |" in calibration
-    assert "- for best.safetensors (selected epoch " in calibration
+    assert f"- for {best_name} (selected epoch " in calibration
     assert f"on the first batch of the test split (n={n_test})" in sections["Export"]
