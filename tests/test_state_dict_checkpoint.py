@@ -71,8 +71,10 @@ def _write_forever(path, saved):
         saved.set()  # the parent kills only a writer that has written (an event, not a sleep)
 
 
-def test_sigkill_never_leaves_a_broken_last_pt(tmp_path):
-    path = tmp_path / "last.pt"
+# last.safetensors: what runs write; last.pt: the torch.save format save_state_dict still writes
+@pytest.mark.parametrize("name", ["last.safetensors", "last.pt"])
+def test_sigkill_never_leaves_a_broken_weights_file(tmp_path, name):
+    path = tmp_path / name
     save_state_dict(_state(0), path)
     ctx = mp.get_context("fork")
     rng = random.Random(0)
