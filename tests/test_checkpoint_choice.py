@@ -1,4 +1,4 @@
-"""Which epoch best.pt keeps when the validation split cannot tell epochs apart (ties)."""
+"""Which epoch the best weights keeps when the validation split cannot tell epochs apart (ties)."""
 
 from __future__ import annotations
 

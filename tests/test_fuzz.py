@@ -358,7 +358,7 @@ def test_checkpoint_sidecar(world, data):
     name = "checkpoints/best.json"
     text = data.draw(hostile_file(original(world, name), "json", world["marker"]), label=name)
     with run_copy(world, name, text) as run:
-        answers(lambda: read_sidecar(run / "checkpoints" / "best.pt"), world["marker"])
+        answers(lambda: read_sidecar(run / "checkpoints" / "best.safetensors"), world["marker"])
 
         def read():
             saved = SavedRun(run)
