@@ -87,9 +87,7 @@ def read_text(path: str | os.PathLike, max_bytes: int = MAX_FILE_BYTES) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise UserError(
-            f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8"
-        ) from None
+        raise UserError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
 
 
 def read_json(path: str | os.PathLike, missing: Any = _MISSING, *, kind: type | None = None) -> Any:
@@ -172,9 +170,7 @@ def _expanded_nodes(root: Any, budget: int) -> int:
     return count
 
 
-def read_yaml(
-    path: str | os.PathLike, missing: Any = _MISSING, *, kind: type | None = None
-) -> Any:
+def read_yaml(path: str | os.PathLike, missing: Any = _MISSING, *, kind: type | None = None) -> Any:
     """A YAML file we were handed, as plain data (see ``parse_yaml``); ``missing`` as in
     ``read_json``; ``kind`` (``dict``/``list``) requires the document to be one.
 
