@@ -13,6 +13,7 @@ from PIL import Image
 
 from experiments.errors import UserError
 from experiments.predict import main, predict
+from experiments.runs.layout import RunDir
 from tests.conftest import run_cli
 from tests.test_eval import assert_one_line_error, edit_config, train_once
 
@@ -97,6 +98,7 @@ def test_csv_relative_to_its_folder_with_other_sizes_and_modes(
 def test_without_sidecar_reads_shape_and_classes_from_the_data(trained_run, few_images, tmp_path):
     run = Path(shutil.copytree(trained_run, tmp_path / "run"))
     with_sidecar = read_rows(predict(run, few_images, ckpt="last"))
+    RunDir(run).manifest.unlink()  # an older run's layout: no manifest to refuse the change
     (run / "checkpoints" / "last.json").unlink()
     without = read_rows(predict(run, few_images, ckpt="last"))
     assert without == with_sidecar
@@ -105,6 +107,7 @@ def test_without_sidecar_reads_shape_and_classes_from_the_data(trained_run, few_
 def test_foreign_target_is_refused(trained_run, few_images, tmp_path):
     run = Path(shutil.copytree(trained_run, tmp_path / "run"))
     (run / "predictions.csv").unlink(missing_ok=True)
+    RunDir(run).manifest.unlink()  # the vocabulary is under test, not the manifest
     canary = tmp_path / "canary"
 
     def tamper(cfg):
