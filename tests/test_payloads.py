@@ -191,7 +191,11 @@ PLACES = {
     "note": plant_note,
     "run_files": plant_run_files,
 }
-CELLS = [(place, command) for command in READERS for place in PLACES if place != "run_files"]
+# eval meets every place on its own; the other readers open a run through the same SavedRun,
+# so they get every place at once (run_files) plus the two that change how a file is parsed
+CELLS = [(place, "eval") for place in PLACES if place != "run_files"]
+CELLS += [(place, command) for command in READERS if command != "eval"
+          for place in ("run_files", "config_tag", "old_checkpoint")]  # fmt: skip
 CELLS += [(place, command) for command in RETRAINERS
           for place in ("overrides", "overrides_tag", "run_files")]  # fmt: skip
 
