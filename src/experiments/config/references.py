@@ -40,8 +40,8 @@ def resolve(root: dict, key: str, where: str) -> Any:
             itself, a result too large; naming the key.
     """
     parts = key.split(".")
-    node = _get(root, parts)
-    if node is _ABSENT:
+    node = lookup(root, parts)
+    if node is ABSENT:
         return None
     resolver = _Resolver(root, where)
     try:
@@ -52,17 +52,18 @@ def resolve(root: dict, key: str, where: str) -> Any:
     return value
 
 
-_ABSENT: Any = object()
+ABSENT: Any = object()
 
 
-def _get(node: Any, parts: list[str]) -> Any:
+def lookup(node: Any, parts: list[str]) -> Any:
+    """The value at a dotted path (``parts``) of plain data, or ``ABSENT``."""
     for part in parts:
         if isinstance(node, dict) and part in node:
             node = node[part]
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            return _ABSENT
+            return ABSENT
     return node
 
 
@@ -120,9 +121,9 @@ class _Resolver:
             target = [*base, *inner[dots:].split(".")]
         else:
             target = inner.split(".")
-        node = _get(self.root, target)
+        node = lookup(self.root, target)
         name = ".".join(target)
-        if node is _ABSENT:
+        if node is ABSENT:
             raise UserError(
                 f"{self.where}: {key}=${{{inner}}} names {name}, which is not in the config; "
                 f"override {key}=<value>"

@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from experiments.config.references import resolve
+from experiments.config.references import ABSENT, lookup, resolve
 from experiments.errors import UserError, one_line
 from experiments.runs.files import read_json_object, read_yaml
 from experiments.runs.layout import RunDir
@@ -171,7 +171,9 @@ def _apply_override(cfg: DictConfig, arg: str, path: Path) -> None:
     except Exception as err:
         raise UserError(f"override {arg!r}: cannot parse the value: {one_line(err)}") from None
     plain = OmegaConf.to_container(cfg, resolve=False)
-    found, current = _lookup(plain, key.split("."))
+    current = lookup(plain, key.split("."))
+    found = current is not ABSENT
+    current = None if current is ABSENT else current
     if not found and not add:
         hint = difflib.get_close_matches(key, list(_all_keys(plain)), n=1)
         did_you_mean = f"; did you mean {hint[0]}?" if hint else ""
@@ -188,17 +190,6 @@ def _apply_override(cfg: DictConfig, arg: str, path: Path) -> None:
         OmegaConf.update(cfg, key, value, merge=False, force_add=add)
     except OmegaConfBaseException as err:
         raise UserError(f"override {arg!r}: {one_line(err)}") from None
-
-
-def _lookup(node: Any, parts: list[str]) -> tuple[bool, Any]:
-    for part in parts:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False, None
-    return True, node
 
 
 def _all_keys(node: Any, prefix: str = "") -> Iterable[str]:
