@@ -369,7 +369,9 @@ def test_sigusr1_requeues_through_lightning_and_resumes_bit_exact(
     run, text = _assert_resumed_run(slurm_cluster, preempted["usr1"], reference)
     notices = (run / "train.log").read_text()  # Lightning's notices: the log, not the console
     assert "Handling auto-requeue signal" in notices, notices[-3000:]
-    assert f"Requeued SLURM job: {preempted['usr1'].job_id}" in notices, notices[-3000:]
+    # that Lightning's own `scontrol requeue` ran is the job's restart count (checked above);
+    # its "Requeued SLURM job" line races the requeue's kill of this very process and was
+    # missing from the log once in four suite runs, so it is not a sign either way
     assert "stopped by SIGTERM" in text, text[-3000:]  # the requeue's SIGTERM, mid-run
 
 
