@@ -22,8 +22,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from experiments.config.references import ABSENT, lookup, resolve
 from experiments.errors import UserError, one_line
-from experiments.runs.files import read_json_object, read_yaml
+from experiments.runs.files import read_yaml
 from experiments.runs.layout import RunDir
+from experiments.runs.layout import read_sidecar as layout_sidecar
 
 # an option every command that opens a saved run takes: use a run whose files differ from
 # its manifest.json (one warning line per file) instead of refusing it
@@ -249,15 +250,16 @@ def read_sidecar(ckpt: Path) -> dict:
     """The ``.json`` written next to a run's weights (``best.json`` beside
     ``best.safetensors``), or ``{}`` when there is none.
 
-    Its values are only ever read as data, and those we use are checked first:
-    ``in_shape`` (``[C, H, W]``, at most ``MAX_SAMPLE`` elements), ``class_names`` (at most
-    ``MAX_CLASSES`` names) and ``epoch``. Its ``net`` is never built.
+    Its values are only ever read as data: the fields training reads are type-checked by
+    ``runs.layout.read_sidecar`` (the one reader of sidecars), and those a saved run uses
+    are range-checked here: ``in_shape`` (``[C, H, W]``, at most ``MAX_SAMPLE`` elements),
+    ``class_names`` (at most ``MAX_CLASSES`` names) and ``epoch``. Its ``net`` is never built.
 
     Raises:
         UserError: a corrupt file or a value out of type or range, naming the file.
     """
     path = ckpt.with_suffix(".json")
-    data = read_json_object(path)
+    data = layout_sidecar(path)
     if "in_shape" in data:
         shape = data["in_shape"]
         ok = isinstance(shape, list) and len(shape) == 3 and all(_count(v) for v in shape)
