@@ -320,21 +320,23 @@ def original(world, name: str) -> bytes:
 # --------------------------------------------------------------------------- the readers
 
 
+def open_saved(run: Path):
+    """What eval/predict do first with a run: open it, read its sidecar, build the data
+    (transforms, statistics) and the net."""
+    from experiments.saved_run import SavedRun
+
+    saved = SavedRun(run)
+    assert isinstance(saved.sidecar, dict)
+    return saved.net
+
+
 @FUZZ
 @given(data=st.data())
 def test_saved_config(world, data):
-    from experiments.saved_run import SavedRun
-
     name = ".hydra/config.yaml"
     text = data.draw(hostile_file(original(world, name), "yaml", world["marker"]), label=name)
     with run_copy(world, name, text) as run:
-
-        def read():
-            saved = SavedRun(run)
-            assert isinstance(saved.sidecar, dict)
-            return saved.net  # builds the data (transforms, statistics) and the net
-
-        answers(read, world["marker"])
+        answers(lambda: open_saved(run), world["marker"])
 
 
 @FUZZ
@@ -353,19 +355,12 @@ def test_saved_overrides(world, data):
 @given(data=st.data())
 def test_checkpoint_sidecar(world, data):
     from experiments.config.saved import read_sidecar
-    from experiments.saved_run import SavedRun
 
     name = "checkpoints/best.json"
     text = data.draw(hostile_file(original(world, name), "json", world["marker"]), label=name)
     with run_copy(world, name, text) as run:
         answers(lambda: read_sidecar(run / "checkpoints" / "best.safetensors"), world["marker"])
-
-        def read():
-            saved = SavedRun(run)
-            assert isinstance(saved.sidecar, dict)
-            return saved.net
-
-        answers(read, world["marker"])
+        answers(lambda: open_saved(run), world["marker"])
 
 
 @FUZZ

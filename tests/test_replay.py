@@ -82,18 +82,25 @@ def _payloads(marker: Path) -> list[tuple[str, list[str], str]]:
     ]  # fmt: skip
 
 
-PAYLOAD_IDS = [p[0] for p in _payloads(Path("/m"))]
-
-
-@pytest.mark.parametrize("case", PAYLOAD_IDS)
-def test_verify_refuses_a_hostile_saved_override_before_anything_runs(finished, tmp_path, case):
+def _hostile_copy(finished: Path, tmp_path: Path, case: str):
+    """A copy of the run with payload ``case`` appended to its saved overrides: (run, the
+    marker its payload would create, the overrides file, what the refusal names, the run's
+    files before the command)."""
     run = _copy(finished, tmp_path)
     marker = tmp_path / "pwned"
     _, entries, named = next(p for p in _payloads(marker) if p[0] == case)
     _plant(tmp_path, marker)
     saved = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
     path = _set_overrides(run, saved + entries)
-    before = _files(run)
+    return run, marker, path, named, _files(run)
+
+
+PAYLOAD_IDS = [p[0] for p in _payloads(Path("/m"))]
+
+
+@pytest.mark.parametrize("case", PAYLOAD_IDS)
+def test_verify_refuses_a_hostile_saved_override_before_anything_runs(finished, tmp_path, case):
+    run, marker, path, named, before = _hostile_copy(finished, tmp_path, case)
     res = run_cli("-m", "experiments.verify", f"run_dir={run}", cwd=tmp_path)
     _one_line_error(res, str(path), named, "refused before anything runs")
     assert "verified" not in res.stdout
@@ -102,13 +109,7 @@ def test_verify_refuses_a_hostile_saved_override_before_anything_runs(finished, 
 
 @pytest.mark.parametrize("case", ["hydra-callback", "callback-target-in-value", "flag"])
 def test_resume_refuses_a_hostile_saved_override_and_keeps_the_run(finished, tmp_path, case):
-    run = _copy(finished, tmp_path)
-    marker = tmp_path / "pwned"
-    _, entries, named = next(p for p in _payloads(marker) if p[0] == case)
-    _plant(tmp_path, marker)
-    saved = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
-    path = _set_overrides(run, saved + entries)
-    before = _files(run)
+    run, marker, path, named, before = _hostile_copy(finished, tmp_path, case)
     res = run_cli("-m", "experiments.train", f"resume={run}", "trainer.max_epochs=2",
                   cwd=tmp_path)  # fmt: skip
     _one_line_error(res, str(path), named)
