@@ -393,7 +393,6 @@ def main(cfg: DictConfig) -> float | None:
 def cli() -> None:
     """Check the command line before Hydra starts (fast, one line), then run ``main``."""
     from experiments.config.precheck import check
-    from experiments.config.replay import check_resumed
 
     pause_gc()
     filter_upstream_warnings()
@@ -403,9 +402,7 @@ def cli() -> None:
         print(help_text(CONF_DIR))
         sys.exit(0)
     try:
-        check_resumed(sys.argv[1:])  # an explicit resume=<run>: before anything reads it
-        checked = check(sys.argv[1:], str(CONF_DIR))
-        check_resumed(checked.argv)  # the run resume=auto or a SLURM requeue found
+        checked = check(sys.argv[1:], str(CONF_DIR))  # replayed overrides included
     except UserError as err:
         exit_with(err, code=2)
     sys.argv = [sys.argv[0], *checked.argv]  # what DDP ranks and SLURM requeues re-run

@@ -124,8 +124,10 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     if resume:
         if multirun:
             raise UserError("resume= resumes one run; it cannot be combined with -m")
-        check_resumed([f"resume={resume}"])  # the run's saved overrides are data: checked first
-        argv = flags + resume_overrides(cfg, resume, overrides)
+        argv = flags + resume_overrides(cfg, resume, overrides)  # read as data, nothing run
+        # what each saved entry may do, for the run found (explicit, resume=auto or a SLURM
+        # requeue's), before anything composes them
+        check_resumed(argv)
         check_args(argv, "in the resumed run's overrides")  # read from a file we were handed
         overrides = [a for a in argv if a not in flags]
         full = compose_or_fail(composer, overrides)
