@@ -101,7 +101,7 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
 
     # the run's files are data: a corrupt one is one line before Hydra rewrites .hydra/ in
     # the run (what each entry may do is checked by experiments.config.replay, which the
-    # entry point runs on the resolved run before Hydra starts)
+    # precheck runs on the resolved run before anything composes them)
     before = saved_overrides(run)
     for sidecar in run.sidecars():
         read_sidecar(sidecar)
