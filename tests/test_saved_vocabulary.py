@@ -271,3 +271,23 @@ def test_eval_exports_and_downloads_nothing(run, tmp_path):
     with pytest.raises(UserError, match=r"data\.root=.*nowhere/digits: the run's digits are not"):
         evaluate(run, overrides=[f"paths.data_dir={elsewhere}"])
     assert not elsewhere.exists()
+
+
+def test_a_run_trained_with_the_default_paths_evals(run, data_dir, tmp_path, monkeypatch):
+    # what a user's run saves when paths.* were left alone: conf/paths/default.yaml's own
+    # resolver text, resolved as that file says (EXPERIMENTS_ROOT or the current folder)
+    def default_paths(cfg):
+        cfg["paths"].update(root_dir="${oc.env:EXPERIMENTS_ROOT,.}",
+                            data_dir="${paths.root_dir}/data")  # fmt: skip
+        cfg["data"].update(root="${paths.data_dir}/digits")
+
+    edit_config(run, default_paths)
+    root = tmp_path / "project"  # as if trained in it: <root>/data/digits
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "digits").symlink_to(data_dir / "digits")
+    monkeypatch.setenv("EXPERIMENTS_ROOT", str(root))
+    assert "test/acc" in evaluate(run)
+    # the same resolver under any other text, or another key, is still refused
+    edit_config(run, lambda cfg: cfg["paths"].update(root_dir="${oc.env:EXPERIMENTS_ROOT}"))
+    with pytest.raises(UserError, match=r"paths\.root_dir=.* is refused: only references"):
+        evaluate(run)

@@ -20,6 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from experiments.config import CONF_DIR
 from experiments.config.references import ABSENT, lookup, resolve
 from experiments.errors import UserError, one_line
 from experiments.runs.files import read_yaml
@@ -121,9 +122,23 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
     # `${hydra:runtime.output_dir}` only resolves inside a Hydra run; this is the folder it named
     if isinstance(cfg.get("paths"), DictConfig):
         cfg.paths.output_dir = str(run_dir.resolve())
+        _shipped_paths(cfg.paths)
     for arg in overrides:
         _apply_override(cfg, arg, path)
     return cfg
+
+
+def _shipped_paths(paths: DictConfig) -> None:
+    """A ``paths`` value that is exactly what ``conf/paths/default.yaml`` ships, resolver
+    and all (``root_dir: ${oc.env:EXPERIMENTS_ROOT,.}``), is resolved as that file says: it
+    is our own text, not the file's, so it reads only the variable our config names. Any
+    other resolver in a saved run stays refused (``references.resolve``)."""
+    shipped = OmegaConf.load(CONF_DIR / "paths" / "default.yaml")  # ours, in the package
+    ours = OmegaConf.to_container(shipped, resolve=False)
+    saved = OmegaConf.to_container(paths, resolve=False)
+    for key, value in saved.items():
+        if isinstance(value, str) and value == ours.get(key) and "${oc.env:" in value:
+            paths[key] = OmegaConf.select(shipped, key)  # resolves the shipped text only
 
 
 def _plain(node: Any, where: str, key: str) -> Any:
