@@ -121,3 +121,14 @@ def test_a_command_records_what_it_wrote_and_nothing_else(shipped, tmp_path):
     (run / "eval_metrics.json").write_text('{"test/acc": 1}')
     opened.refresh_manifest()
     assert check_integrity(run).modified == ["metrics.json"]  # still reported, not blessed
+
+
+def test_compare_into_a_run_records_its_report_in_the_manifest(shipped, tmp_path):
+    first, _ = shipped
+    run = tmp_path / "run"
+    shutil.copytree(first, run)
+    res = run_cli("-m", "experiments.compare", str(run), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (run / "compare.md").is_file()
+    res = run_cli("-m", "experiments.verify", f"run_dir={run}", "integrity=true", cwd=tmp_path)
+    assert res.returncode == 0 and res.stdout.startswith("intact"), res.stdout

@@ -67,6 +67,7 @@ from experiments.analysis.report import markdown, write_report
 from experiments.analysis.runs import show_path
 from experiments.config.saved import parse_args
 from experiments.errors import UserError, exit_with
+from experiments.runs.manifest import check_integrity, refresh
 
 USAGE = """\
 usage: python -m experiments.compare <path> [<path> ...] [metric=<name>] [mode=max|min]
@@ -154,7 +155,15 @@ def _main(argv: list[str]) -> None:
         if n_seeds is None:
             n_seeds = max(2, *(len(g.runs) for g in comparison.groups[:top_k]))
         confirmation = confirm(comparison, top_k, n_seeds, new_folder(default_out(paths)))
+    # the report may go into a run or sweep folder: its manifest then records what compare
+    # wrote (and only that: a file modified before stays reported)
+    try:
+        before = check_integrity(out) if Path(out).is_dir() else None
+    except UserError:  # a corrupt manifest there: verify names it; compare still reports
+        before = None
     wrote = write_report(comparison, out, tex, confirmation)  # first: `| head` cannot stop it
+    if before is not None:
+        refresh(out, before)
     print(markdown(comparison, runs_section=False), end="")
     if confirmation is not None:
         print("\n" + confirmation.markdown(comparison), end="")
