@@ -8,7 +8,8 @@ image files and keep their order in the input; which rows are kept depends on ``
   # 10:1 long-tailed Fashion-MNIST (class c of K keeps n * 10 ** (-c / (K - 1)) rows)
   python scripts/subset_csv.py data/fashion_mnist_png/train.csv --imbalance 10
 
-``--profile step`` keeps n rows for the first half of the classes and n / R for the rest;
+``--classes a,b,...`` first keeps only the rows of those classes (e.g. four similar classes
+of Fashion-MNIST). ``--profile step`` keeps n rows for the first half of the classes and n / R for the rest;
 ``--order a,b,...`` sets the class order from frequent to rare (default: the order the
 data module gives the classes: numeric when every label is an integer, else by name).
 n is the smallest class' count in the input. Writes ``<input stem>_per<N>.csv`` or
@@ -80,6 +81,19 @@ def class_order(classes: set[str], numeric: bool, order: str | None) -> list[str
     return wanted
 
 
+def keep_classes(rows: list[tuple[str, str]], names: str, numeric: bool) -> list[tuple[str, str]]:
+    """Only the rows whose class is one of the comma-separated ``names`` (each must occur)."""
+    wanted = {c.strip() for c in names.split(",")}
+    if numeric:
+        wanted = {class_key(c, True) if c.lstrip("-").isdigit() else c for c in wanted}
+    present = {class_key(label, numeric) for _, label in rows}
+    unknown = sorted(wanted - present)
+    if unknown or len(wanted) < 2:
+        why = f"unknown {','.join(unknown)}" if unknown else "name at least two"
+        raise Refused(f"--classes {names}: {why} (classes: {','.join(sorted(present))})")
+    return [row for row in rows if class_key(row[1], numeric) in wanted]
+
+
 def target_sizes(
     counts: dict[str, int], classes: list[str], args: argparse.Namespace
 ) -> dict[str, int]:
@@ -122,6 +136,8 @@ def run(args: argparse.Namespace) -> str:
         raise Refused("give exactly one of --per-class N or --imbalance R")
     rows = read_rows(args.input)
     numeric = all(label.lstrip("-").isdigit() for _, label in rows)
+    if args.classes is not None:
+        rows = keep_classes(rows, args.classes, numeric)
     by_class: dict[str, list[int]] = {}
     for i, (_, label) in enumerate(rows):
         by_class.setdefault(class_key(label, numeric), []).append(i)
@@ -154,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-class", type=int, help="keep N rows of every class")
     parser.add_argument("--imbalance", type=float, help="long-tailed: frequent/rare ratio R >= 1")
     parser.add_argument("--profile", choices=("exp", "step"), default="exp")
+    parser.add_argument("--classes", help="comma-separated labels: keep only these classes")
     parser.add_argument("--order", help="comma-separated labels, frequent to rare")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="output CSV (default: next to the input)")

@@ -145,3 +145,17 @@ def _fill(arg: object, fill: dict[str, str]) -> str:
     for key, value in fill.items():
         text = text.replace(key, value)
     return text
+
+
+def test_classes_keeps_only_the_named_classes_before_subsetting(tmp_path):
+    src = _write(tmp_path / "train.csv", per_class=40, k=5, names=True)
+    out = tmp_path / "four.csv"
+    res = _run(src, "--classes", "coat,t-shirt,dress", "--imbalance", 4, "--out", out)
+    assert res.returncode == 0, res.stderr
+    # the default order of the kept classes is by name: coat, dress, t-shirt -> 40, 20, 10
+    assert Counter(label for _, label in _read(out)) == {"coat": 40, "dress": 20, "t-shirt": 10}
+    bad = _run(src, "--classes", "coat,hat", "--per-class", 5, "--out", out)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "error: --classes coat,hat: unknown hat (classes: coat,dress,pullover,t-shirt,trouser)"
+    )
