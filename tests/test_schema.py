@@ -159,3 +159,14 @@ def test_the_source_cache_is_used_checked_against_the_files_and_never_trusted(
     monkeypatch.setitem(source_cache._state, "entries", None)
     with pytest.raises(UserError, match="data.batch_size=0 is not valid"):
         schema.check(make_cfg("data.batch_size=0"))
+
+
+def test_keys_left_for_an_option_that_is_not_chosen_are_one_line(make_cfg):
+    # an experiment's body sets scheduler.* while scheduler=none replaced its option: before,
+    # training started and died in configure_optimizers ('DictConfig' object is not callable)
+    cfg = make_cfg("scheduler=none", "+scheduler.warmup_epochs=1")
+    with pytest.raises(UserError) as info:
+        schema.check(cfg)
+    assert str(info.value).startswith("scheduler has scheduler.warmup_epochs but no _target_")
+    schema.check(make_cfg("experiment=finetune", "scheduler=none", "data.csv_file=a.csv",
+                          "data.image_dir=imgs"))  # fmt: skip

@@ -131,6 +131,7 @@ def _check(cfg: DictConfig) -> None:
             f"e.g. {missing[0]}=<value>"
         )
     plain = OmegaConf.to_container(cfg, resolve=False)
+    _objects_have_targets(plain)
     for section, target in SECTIONS.items():
         node = plain.get(section) if section else plain
         if isinstance(node, dict):
@@ -143,6 +144,24 @@ def _check(cfg: DictConfig) -> None:
             raise UserError(f"{key}._target_={target!r}: {problem}")
         _check_node(cfg, key, target, node, known_only=False)
     _cross_key_rules(cfg)
+
+
+# sections train() builds: a mapping there without ``_target_`` cannot be built
+BUILT = ("data", "model", "optimizer", "scheduler", "trainer")
+
+
+def _objects_have_targets(plain: dict) -> None:
+    """``experiment=finetune scheduler=none`` left ``scheduler: {warmup_epochs: 1}``: keys the
+    experiment sets for an option the command line replaced. One line, not a traceback."""
+    for section in BUILT:
+        node = plain.get(section)
+        if isinstance(node, dict) and "_target_" not in node:
+            keys = ", ".join(f"{section}.{k}" for k in node)
+            raise UserError(
+                f"{section} has {keys} but no _target_: these keys belong to a {section} "
+                f"option that is not chosen (an experiment sets them, or a {section}=none "
+                f"replaced it); choose a {section}= option that takes them, or drop them"
+            )
 
 
 def walk_targets(node: Any, key: str = "") -> Iterator[tuple[str, Any, dict]]:
