@@ -8,6 +8,7 @@ import csv
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -202,3 +203,35 @@ def test_a_key_the_chosen_option_uses_is_still_added(tmp_path):
     res = run_cli("-m", "experiments.train", "trainer.sync_batchnorm=true", cwd=tmp_path)
     line = _one_line_error(res)
     assert "trainer=ddp sets it" in line and "+trainer.sync_batchnorm=" in line
+
+
+def test_loss_auto_says_what_the_logit_adjusted_loss_trades(make_cfg, tmp_path):
+    from experiments.train import train
+
+    csv_file, image_dir = write_image_folder(tmp_path / "lt", n=60, classes=("a", "b", "c"))
+    rows = csv_file.read_text().splitlines()
+    seen: dict[str, int] = {}
+    keep = [rows[0]]
+    for row in rows[1:]:  # a: 20, b: 10, c: 5 -- a 4:1 long tail
+        label = row.split(",")[1]
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] <= {"a": 20, "b": 10, "c": 5}[label]:
+            keep.append(row)
+    csv_file.write_text("\n".join(keep) + "\n")
+    quick = ["logger=none", "seed=0", "trainer.max_epochs=1", "data.val_fraction=0.2",
+             "data.test_fraction=0.2", "model=cnn"]  # fmt: skip
+    cfg = make_cfg("data=image_csv", f"data.csv_file={csv_file}", f"data.image_dir={image_dir}",
+                   *quick)  # fmt: skip
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["loss"] == "logit_adjusted"
+    assert "aims at balanced accuracy" in metrics["loss_note"]
+    assert "model.loss=cross_entropy" in metrics["loss_note"]
+    assert f"test/balanced_acc={metrics['test/balanced_acc']:.4f}" in metrics["loss_note"]
+    card = (run / "model_card.md").read_text()
+    assert "- loss: `logit_adjusted`" in card and "- note on the loss: model.loss=auto" in card
+    balanced = make_cfg(*_image_run(tmp_path), *quick, "paths.output_dir=" + str(tmp_path / "b"))
+    train(balanced)
+    metrics = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    assert metrics["loss"] == "cross_entropy" and "loss_note" not in metrics

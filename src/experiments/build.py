@@ -78,12 +78,19 @@ def _auto_loss(model_cfg, datamodule) -> str:
         1, min(counts.get(c, 0) for c in range(datamodule.num_classes))
     )
     if ratio >= IMBALANCED:
-        log.info("model.loss=auto: logit_adjusted (the train split's classes are %.1f:1)", ratio)
+        log.info("model.loss=auto: logit_adjusted (the train split's classes are %.1f:1). %s",
+                 ratio, AUTO_LOSS_TRADE)  # fmt: skip
         return "logit_adjusted"
     return "cross_entropy"
 
 
 IMBALANCED = 1.5  # largest / smallest class of the training split
+# said on the console when auto picks it, and in metrics.json (loss_note) and the model card
+AUTO_LOSS_TRADE = (
+    "It aims at balanced accuracy (every class counts alike), which on test data as skewed "
+    "as the train split can cost plain accuracy: give model.loss=cross_entropy when "
+    "accuracy is what counts"
+)
 
 
 def callbacks(cfg: DictConfig, with_logger: bool) -> list:

@@ -223,7 +223,7 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     best, last = read_sidecar(layout.best_json), read_sidecar(layout.last_json)
     lines = [f"# Model card: {md_text(layout.path.name)}", ""]
     lines += _data(cfg, counts)
-    lines += _recipe(cfg, layout)
+    lines += _recipe(cfg, layout, metrics)
     lines += _checkpoints(layout, best, last, n.get("val"))
     lines += _results(layout, metrics, best, last, n.get("test"))
     lines += _calibration(layout, read_json_object(layout.calibration), best, last)
@@ -269,7 +269,7 @@ def _data(cfg, counts: dict) -> list[str]:
     return lines + [""]
 
 
-def _recipe(cfg, layout: RunDir) -> list[str]:
+def _recipe(cfg, layout: RunDir, metrics: dict) -> list[str]:
     from experiments.secrets import redact_argv
 
     env = read_json_object(layout.env)
@@ -281,6 +281,10 @@ def _recipe(cfg, layout: RunDir) -> list[str]:
     lines = ["## Recipe", ""]
     lines.append(f"- net: {md_code(name or net)}" + (f" ({md_code(net)})" if name else ""))
     lines.append(f"- command: {md_code(' '.join(['python -m experiments.train', *args]))}")
+    if isinstance(metrics.get("loss"), str):
+        lines.append(f"- loss: {md_code(metrics['loss'])}")
+    if isinstance(metrics.get("loss_note"), str):
+        lines.append(f"- note on the loss: {md_text(metrics['loss_note'], 500)}")
     lines.append(
         f"- commit: {md_code(env.get('git_commit'))}"
         + (" (with uncommitted changes)" if env.get("git_dirty") else "")

@@ -85,6 +85,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             "params": sum(p.numel() for p in model.parameters()),
             **_progress(trainer, callbacks),
             **_pruned(callbacks),
+            **_loss_record(cfg, model, metrics),
         }
         if trainer.is_global_zero:
             from experiments.model_card import split_counts, write_model_card
@@ -207,6 +208,26 @@ def chosen_epoch(run_dir: Path, monitor: str, callbacks) -> ChosenEpoch:
         warnings=[str(w) for w in warnings] if isinstance(warnings, list) else [],
         val=val,
     )
+
+
+def _loss_record(cfg: DictConfig, model, metrics: dict[str, float]) -> dict[str, str]:
+    """The loss trained with; when ``model.loss=auto`` chose the logit-adjusted loss, the
+    trade it makes, with this run's test numbers, said once more at the end (and kept in
+    ``metrics.json``'s ``loss_note`` for the model card)."""
+    from experiments.build import AUTO_LOSS_TRADE
+
+    name = model.hparams.get("loss")  # what ran: build resolves auto
+    if not isinstance(name, str):
+        return {}
+    if cfg.model.get("loss") != "auto" or name != "logit_adjusted":
+        return {"loss": name}
+    tested = ", ".join(f"{k}={metrics[k]:.4f}" for k in ("test/balanced_acc", "test/acc")
+                       if k in metrics)  # fmt: skip
+    note = f"model.loss=auto chose logit_adjusted (a long-tailed train split). {AUTO_LOSS_TRADE}"
+    if tested:
+        note += f" (this run: {tested})"
+    log.info("%s", note)
+    return {"loss": name, "loss_note": note}
 
 
 def _batches(datamodule) -> int | None:
