@@ -85,7 +85,7 @@ def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
         "run_dir": str(Path(run_dir).resolve()),
         "folds": per_fold,
     }
-    write_json(Path(run_dir) / "metrics.json", summary)
+    write_json(RunDir(run_dir).metrics, summary)
     shown = [k for k in (metric, "val/acc", "val/loss", "test/acc", "test/loss") if k in stats]
     shown = list(dict.fromkeys(shown))
     lines = [
@@ -102,7 +102,7 @@ def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
                                       for k in shown) + " |"
     )  # fmt: skip
     text = "\n".join(lines) + "\n"
-    atomic_write(Path(run_dir) / "cv.md", lambda f: f.write(text.encode()))
+    atomic_write(RunDir(run_dir).cv_report, lambda f: f.write(text.encode()))
     write_manifest(run_dir)  # last: the folds keep their own manifests
     if metric in stats:
         s = stats[metric]

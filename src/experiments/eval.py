@@ -152,7 +152,7 @@ def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:
 
 def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, float]) -> None:
     # training tested best.pt: the same file on the same split must give the same number
-    if ckpt_path.resolve() != layout.best_pt.resolve():
+    if ckpt_path.resolve() != layout.best_weights.resolve():
         return
     from experiments.runs.files import read_json_object
 

@@ -18,7 +18,15 @@ from typing import Any
 
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write, read_json_object, read_yaml
-from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch, weights_role
+from experiments.runs.layout import (
+    ENV,
+    METRICS,
+    RunDir,
+    read_sidecar,
+    sidecar_epoch,
+    sidecar_of,
+    weights_role,
+)
 
 SPLITS = ("train", "val", "test")
 # Markdown punctuation that could start markup inline or end a table cell; "<" and "&" are
@@ -135,7 +143,7 @@ def applied_temperature(layout: RunDir, ckpt: Path) -> tuple[float | None, str |
     name = checkpoint_name(layout, ckpt)
     fitted_for = saved.get("ckpt")
     fitted_for = fitted_for if _own_role(fitted_for) else checkpoint_name(layout, fitted_for)
-    epoch, now = saved.get("ckpt_epoch"), _epoch_of(ckpt.with_suffix(".json"))
+    epoch, now = saved.get("ckpt_epoch"), _epoch_of(sidecar_of(ckpt))
     again = f"run experiments-calibrate run_dir={layout.path} ckpt=<it> to fit one"
     if fitted_for != name:
         return None, (
@@ -212,7 +220,7 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     export) writes it again from all of them, so it never mixes an old card with a new file.
     """
     layout = RunDir(run_dir)
-    counts_file = layout.path / "data_counts.json"
+    counts_file = layout.data_counts
     if counts:
         atomic_write(counts_file, lambda f: f.write(json.dumps(counts, indent=1).encode()))
     counts = counts or _read_counts(counts_file)
@@ -231,7 +239,7 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     lines += [
         "## Reproduce",
         "",
-        "Run the command above from the same commit (`env.json` records the commit, the diff",
+        f"Run the command above from the same commit (`{ENV}` records the commit, the diff",
         "when the tree was dirty, and the library versions).",
         "",
     ]
@@ -362,7 +370,7 @@ def _results(
     elif "test/acc" in metrics:
         # training tests the best weights when it saved them, else the final weights
         label = _label(best_name, now["best"]) if best else "the final weights (no checkpoint)"
-        sections.append((label, metrics, "the test at the end of training (metrics.json)"))
+        sections.append((label, metrics, f"the test at the end of training ({METRICS})"))
     for name, record in evaluated.items():
         epoch, holds = record.get("ckpt_epoch"), now.get(_own_role(name) or "")
         if isinstance(epoch, int) and holds is not None and epoch != holds:  # replaced since

@@ -19,6 +19,7 @@ from experiments.analysis.runs import (
 from experiments.analysis.stats import Stats, metric_bounds, summarize
 from experiments.analysis.verdict import Verdict, decide
 from experiments.errors import UserError
+from experiments.runs.layout import HYDRA, METRICS, SAVED_CONFIG
 
 STANDARD_METRICS = ("test/acc", "test/balanced_acc", "test/macro_f1", "val/acc", "wall_time_s")
 # a metric whose name holds one of these is better lower (when no mode= and no run says)
@@ -94,7 +95,7 @@ def compare(
     if mode not in (None, "max", "min"):
         raise UserError(f"mode={mode}: must be max or min")
     if metric is not None and not metric:
-        raise UserError("metric= is empty: give a key of metrics.json, e.g. metric=val/acc")
+        raise UserError(f"metric= is empty: give a key of {METRICS}, e.g. metric=val/acc")
     if not paths:
         raise UserError("give at least one run folder, sweep folder or glob pattern (see --help)")
     ignore = tuple(ignore)
@@ -112,7 +113,7 @@ def compare(
         if skipped:
             raise UserError(f"no run to compare under {where}: {skipped_line(skipped)}")
         raise UserError(
-            f"no runs found under {where} (a run folder holds metrics.json and .hydra/config.yaml)"
+            f"no runs found under {where} (a run folder holds {METRICS} and {HYDRA}/{SAVED_CONFIG})"
         )
     metric, mode, chosen_by = _metric_and_mode(runs, metric, mode)
     kept = []
@@ -170,7 +171,7 @@ def _metric_and_mode(runs: list[Run], metric: str | None, mode: str | None) -> t
         if not named:
             raise UserError(
                 "the runs' saved configs name no optimized_metric: give metric=<a key of "
-                "metrics.json>, e.g. metric=val/acc"
+                f"{METRICS}>, e.g. metric=val/acc"
             )
         if len(named) > 1 or sum(named.values()) < len(runs):
             counts = ", ".join(f"{m}: {n} runs" for m, n in named.items())

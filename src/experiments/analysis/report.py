@@ -13,6 +13,7 @@ from experiments.analysis.groups import Comparison, Group
 from experiments.analysis.runs import Value, read_curve, show_path
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write
+from experiments.runs.layout import BEST_SIDECAR, CHECKPOINTS
 from experiments.tracking.sweep_summary import table_cell as cell
 
 CURVE_METRIC = "val/acc"
@@ -132,7 +133,7 @@ def _epochs_line(c: Comparison) -> str:
     )
     return (
         f"Epochs: `best N` is each run's selected epoch, the one the best checkpoint keeps "
-        f"(checkpoints/best.json); test metrics are of those weights; `last N` and (last) "
+        f"({CHECKPOINTS}/{BEST_SIDECAR}); test metrics are of those weights; `last N` and (last) "
         f"mark a last-epoch value (a run that kept no best checkpoint). 95% CI of the mean "
         f"over seeds: {interval}. Test "
         f"metrics are shown, never used to rank."

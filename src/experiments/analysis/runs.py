@@ -19,8 +19,7 @@ from typing import Any
 from experiments.config.dotted import dotted_leaves
 from experiments.errors import UserError, one_line
 from experiments.runs.files import parse_yaml, read_json, read_text
-from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch
-from experiments.runs.sweep import JOB_FILE
+from experiments.runs.layout import METRICS, RunDir, SweepDir, read_sidecar, sidecar_epoch
 from experiments.tracking.importance import is_replicate
 
 IGNORED_SECTIONS = ("seed", "paths", "hydra", "task_name", "tags", "resume")
@@ -120,9 +119,9 @@ def select(run: Run, metric: str) -> Value | str:
         if at is not None and math.isfinite(at):
             return Value(at, "best", epoch)
     if metric not in run.metrics:
-        return f"metrics.json has no {metric}"
+        return f"{METRICS} has no {metric}"
     if not is_number(value):
-        return f"{metric} is {_short(value)} in metrics.json, not a finite number"
+        return f"{metric} is {_short(value)} in {METRICS}, not a finite number"
     if not metric.startswith(PER_EPOCH):
         return Value(float(value), "", None)
     if metric.startswith("test/") and epoch is not None:
@@ -248,11 +247,8 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
 
 def _runs_under(path: Path) -> list[Path]:
     if path.is_file():  # a run's metrics.json or config.yaml stands for its folder
-        if path.name == "metrics.json":
-            return [path.parent]
-        if path.name == "config.yaml" and path.parent.name == ".hydra":
-            return [path.parent.parent]
-        return []  # e.g. a sweep's summary.csv from a shell glob
+        # anything else (e.g. a sweep's summary.csv from a shell glob) stands for no run
+        return [RunDir.folder_of(path)] if RunDir.is_run_file(path) else []
     runs, todo = [], [path]
     while todo:
         folder = todo.pop()
@@ -261,7 +257,7 @@ def _runs_under(path: Path) -> list[Path]:
         except OSError:
             continue
         names = {e.name for e in entries}
-        if "metrics.json" in names or ".hydra" in names:
+        if RunDir.looks_like_run(names):
             runs.append(Path(folder))
             continue  # nothing to find inside a run (checkpoints, csv, ...)
         subfolders = [
@@ -311,9 +307,9 @@ def _read_run(
         return _unfinished_reason(path)
     metrics = read_json(run.metrics)
     if not isinstance(metrics, dict):
-        return "metrics.json does not hold a JSON object"
+        return f"{METRICS} does not hold a JSON object"
     if metric is not None and metric not in metrics and not metric.startswith("val/"):
-        return f"metrics.json has no {metric}"
+        return f"{METRICS} has no {metric}"
     if not run.saved_config.is_file():
         return "no .hydra/config.yaml"
     raw = read_text(run.saved_config)
@@ -376,15 +372,15 @@ def _scalar(text: str) -> Any:
 
 def _unfinished_reason(path: Path) -> str:
     try:  # a sweep job that failed says why in job.json (see tracking.sweep_summary)
-        job = read_json(path / JOB_FILE, None)
+        job = read_json(SweepDir.job_file(path), None)
     except UserError as err:
-        return f"no metrics.json, and {_without_folder(one_line(err), path)}"
+        return f"no {METRICS}, and {_without_folder(one_line(err), path)}"
     if isinstance(job, dict) and job.get("status") == "failed":
         error = job.get("error")
         # a traceback recorded whole: its last line is the exception
         why = one_line(Exception(error), last=True) if isinstance(error, str) else None
-        return f"no metrics.json: the job failed ({why or 'no error recorded'})"
-    return "no metrics.json (unfinished or failed run)"
+        return f"no {METRICS}: the job failed ({why or 'no error recorded'})"
+    return f"no {METRICS} (unfinished or failed run)"
 
 
 def is_number(value: Any) -> bool:

@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from experiments.errors import UserError
+from experiments.runs.layout import LAST_CKPT, RunDir
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class FaultTolerance(L.Callback):
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.dirpath is None:
-            self.dirpath = Path(trainer.default_root_dir) / "checkpoints"
+            self.dirpath = RunDir(trainer.default_root_dir).checkpoints
 
     # -- signals ---------------------------------------------------------------------
     def _sigint(self, signum, frame) -> None:
@@ -119,7 +120,7 @@ class FaultTolerance(L.Callback):
             )
             return
         if trainer.state.fn == "fit":  # a signal during test: the fit's checkpoint stands
-            trainer.save_checkpoint(self.dirpath / "last.ckpt")
+            trainer.save_checkpoint(self.dirpath / LAST_CKPT)
 
     # -- per step ------------------------------------------------------------------------
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

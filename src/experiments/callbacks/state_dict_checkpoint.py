@@ -12,7 +12,13 @@ import lightning as L
 from omegaconf import OmegaConf
 
 from experiments.runs.files import write_json
-from experiments.runs.layout import OLD_WEIGHTS_SUFFIX, WEIGHTS_SUFFIX, weights_file
+from experiments.runs.layout import (
+    OLD_WEIGHTS_SUFFIX,
+    WEIGHTS_SUFFIX,
+    RunDir,
+    sidecar_of,
+    weights_file,
+)
 from experiments.runs.weights import save_state_dict
 
 log = logging.getLogger(__name__)
@@ -88,7 +94,7 @@ class StateDictCheckpoint(L.Callback):
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.dirpath is None:
-            self.dirpath = Path(trainer.default_root_dir) / "checkpoints"
+            self.dirpath = RunDir(trainer.default_root_dir).checkpoints
 
     def _choice(self, value: float, tie: float | None, warming_up: bool) -> str | None:
         """Why this epoch replaces the best one, or None when the best one stays."""
@@ -121,7 +127,7 @@ class StateDictCheckpoint(L.Callback):
         (self.dirpath / f"{name}{OLD_WEIGHTS_SUFFIX}").unlink(missing_ok=True)
         datamodule = trainer.datamodule
         write_json(
-            path.with_suffix(".json"),
+            sidecar_of(path),
             {
                 "file": path.name,
                 # 1-based, as the console counts epochs ("epoch 3/20")

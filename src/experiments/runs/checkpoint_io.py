@@ -82,9 +82,10 @@ def first_loadable(candidates: Iterable[Path]) -> tuple[Path, dict] | None:
     return None
 
 
-def newest_valid_checkpoint(folder: Path, name: str = "last.ckpt") -> tuple[Path, dict] | None:
-    """The newest loadable of ``name`` and ``name.prev`` in ``folder``."""
-    return first_loadable([folder / name, folder / (name + PREVIOUS_SUFFIX)])
+def newest_valid_checkpoint(last: Path) -> tuple[Path, dict] | None:
+    """The newest loadable of ``last`` (a run's ``RunDir.last_ckpt``) and its ``.prev``."""
+    last = Path(last)
+    return first_loadable([last, last.with_name(last.name + PREVIOUS_SUFFIX)])
 
 
 def remove_stale_temp_files(folder: Path) -> int:

@@ -1,4 +1,7 @@
-"""Where everything of one run lives, in one place."""
+"""Where everything of a run folder and of a sweep folder lives, in one place: the only
+module that spells their file names (``tests/test_layout_names.py`` holds every other module
+to it). Code names a ``RunDir``/``SweepDir`` attribute; a message that names a file without
+its folder uses the constant below."""
 
 from __future__ import annotations
 
@@ -8,16 +11,46 @@ from pathlib import Path
 
 from experiments.errors import UserError, one_line
 from experiments.runs.files import read_json_object
-from experiments.runs.manifest import MANIFEST
 
 log = logging.getLogger(__name__)
 
+# the files of a run folder (RunDir below shows where each lives)
+CHECKPOINTS = "checkpoints"
+LAST_CKPT = "last.ckpt"
 PREVIOUS_SUFFIX = ".prev"  # the full checkpoint before the newest one (see checkpoint_io)
-SIDECAR_NAMES = ("best.json", "last.json")
 # weights-only files: what runs write now, and what runs written before safetensors hold
 WEIGHTS_SUFFIX = ".safetensors"
 OLD_WEIGHTS_SUFFIX = ".pt"
 WEIGHTS_ROLES = ("best", "last")
+SIDECAR_SUFFIX = ".json"  # <role>.json beside <role>.safetensors: epoch, metric, why chosen
+BEST_WEIGHTS = f"best{WEIGHTS_SUFFIX}"
+BEST_SIDECAR = f"best{SIDECAR_SUFFIX}"
+METRICS = "metrics.json"
+PREVIOUS_METRICS = "metrics.previous.json"  # a finished run trained on (resume)
+EVAL_METRICS = "eval_metrics.json"
+CALIBRATION = "calibration.json"
+RELIABILITY = "reliability.png"
+EXPORTED = {"onnx": "model.onnx", "torchscript": "model.torchscript.pt"}
+EXPORT_REPORT = "export.json"
+MODEL_CARD = "model_card.md"
+PREDICTIONS = "predictions.csv"
+DATA_COUNTS = "data_counts.json"
+DATA_STATS = "data_stats.json"
+ENV = "env.json"
+GIT_DIFF = "git.diff"
+REQUIREMENTS = "requirements.txt"
+REPRODUCE = "reproduce.sh"
+MANIFEST = "manifest.json"  # runs.manifest: a run's or a sweep's (or a job's) file hashes
+HYDRA = ".hydra"
+SAVED_CONFIG = "config.yaml"
+SAVED_OVERRIDES = "overrides.yaml"
+CV_REPORT = "cv.md"
+# the files of a sweep folder (SweepDir below)
+SWEEP_MANIFEST = "sweep.json"
+JOB_FILE = "job.json"
+SUMMARY_MD = "summary.md"
+SUMMARY_CSV = "summary.csv"
+OPTIMIZATION_RESULTS = "optimization_results.yaml"  # what our Optuna sweeper writes
 _NUMBER = (int, float)
 # the fields of a sidecar that training and resuming read, and the types they may have
 SIDECAR_TYPES = {
@@ -51,8 +84,15 @@ def checkpoint_files(checkpoints: Path) -> list[Path]:
     """The weights files and their sidecars that exist, best first (what trackers upload)."""
     files = []
     for role in WEIGHTS_ROLES:
-        files += [weights_file(checkpoints, role), Path(checkpoints) / f"{role}.json"]
+        weights = weights_file(checkpoints, role)
+        files += [weights, sidecar_of(weights)]
     return [f for f in files if f.is_file()]
+
+
+def sidecar_of(weights: Path) -> Path:
+    """The ``.json`` sidecar beside a weights file or full checkpoint (``best.safetensors``
+    -> ``best.json``; a ``.pt`` given to eval or predict has one the same way)."""
+    return Path(weights).with_suffix(SIDECAR_SUFFIX)
 
 
 def sidecar_epoch(sidecar: dict) -> int:
@@ -90,12 +130,15 @@ class RunDir:
     <run>/checkpoints/{best,last}.safetensors  weights-only state_dicts (an older run: .pt)
     <run>/checkpoints/{best,last}.json      their sidecars (epoch, metric, why chosen)
     <run>/hpc_ckpt_N.ckpt                   Lightning's SLURM pre-emption checkpoints
-    <run>/metrics.json                      written when the run finished
+    <run>/metrics.json                      written when the run finished (resuming it to
+                                            train on moves it to metrics.previous.json)
+    <run>/data_stats.json, data_counts.json  data.mean=auto's statistics; images per class
     <run>/eval_metrics.json, reliability.png  experiments.eval (test metrics, ECE)
     <run>/calibration.json                  experiments.calibrate (temperature, ECE)
     <run>/model.onnx | model.torchscript.pt, export.json   experiments.export
     <run>/model_card.md                     what the model is, refreshed by each of those
-    <run>/env.json                          provenance (git, versions, host, SLURM job)
+    <run>/predictions.csv                   experiments.predict (unless output=)
+    <run>/env.json, git.diff, requirements.txt, reproduce.sh  provenance (runs.provenance)
     <run>/manifest.json                     every artifact's sha256 and size (runs.manifest)
     <run>/.lock                             held by the process training in it
     <run>/fold_<k>/                         cv.folds=K: one such run per fold (+ cv.md)
@@ -108,11 +151,12 @@ class RunDir:
 
     @property
     def checkpoints(self) -> Path:
-        return self.path / "checkpoints"
+        return self.path / CHECKPOINTS
 
     @property
     def last_ckpt(self) -> Path:
-        return self.checkpoints / "last.ckpt"
+        """The newest full checkpoint (``FaultTolerance`` writes it; resume reads it)."""
+        return self.checkpoints / LAST_CKPT
 
     @property
     def best_weights(self) -> Path:
@@ -125,18 +169,13 @@ class RunDir:
         return weights_file(self.checkpoints, "last")
 
     @property
-    def best_pt(self) -> Path:
-        """Old name of ``best_weights`` (callers written before safetensors)."""
-        return self.best_weights
-
-    @property
     def manifest(self) -> Path:
         """``manifest.json``: every artifact's sha256 and size (``runs.manifest``)."""
         return self.path / MANIFEST
 
     @property
     def best_json(self) -> Path:
-        return self.checkpoints / "best.json"
+        return self.checkpoints / BEST_SIDECAR
 
     def best_value(self, metric: str) -> float | None:
         """``metric`` at the best epoch (the one ``best_weights`` holds, ``best.json``'s
@@ -153,66 +192,91 @@ class RunDir:
 
     @property
     def last_json(self) -> Path:
-        return self.checkpoints / "last.json"
+        return self.checkpoints / f"last{SIDECAR_SUFFIX}"
 
     def sidecars(self) -> list[Path]:
         """The checkpoints' sidecars that exist (``best.json``, ``last.json``)."""
-        return [self.checkpoints / n for n in SIDECAR_NAMES if (self.checkpoints / n).exists()]
+        return [p for p in (self.best_json, self.last_json) if p.exists()]
 
     @property
     def metrics(self) -> Path:
-        return self.path / "metrics.json"
+        return self.path / METRICS
+
+    @property
+    def previous_metrics(self) -> Path:
+        """Where resuming a finished run to train on moves its ``metrics.json``."""
+        return self.path / PREVIOUS_METRICS
 
     @property
     def eval_metrics(self) -> Path:
-        return self.path / "eval_metrics.json"
+        return self.path / EVAL_METRICS
 
     @property
     def calibration(self) -> Path:
         """The temperature ``experiments.calibrate`` fitted, and ECE before and after."""
-        return self.path / "calibration.json"
+        return self.path / CALIBRATION
 
     @property
     def reliability_png(self) -> Path:
-        return self.path / "reliability.png"
+        return self.path / RELIABILITY
 
     def exported(self, fmt: str) -> Path:
         """``model.onnx`` or ``model.torchscript.pt``, and ``export.json`` beside them."""
-        return self.path / {"onnx": "model.onnx", "torchscript": "model.torchscript.pt"}[fmt]
+        return self.path / EXPORTED[fmt]
 
     @property
     def export_report(self) -> Path:
-        return self.path / "export.json"
+        return self.path / EXPORT_REPORT
 
     @property
     def model_card(self) -> Path:
-        return self.path / "model_card.md"
+        return self.path / MODEL_CARD
+
+    @property
+    def predictions(self) -> Path:
+        """Where ``experiments.predict`` writes unless given ``output=``."""
+        return self.path / PREDICTIONS
+
+    @property
+    def data_counts(self) -> Path:
+        """Images per class and split, kept for the model card."""
+        return self.path / DATA_COUNTS
+
+    @property
+    def data_stats(self) -> Path:
+        """The per-channel mean and std of ``data.mean=auto`` (``data.stats_file``)."""
+        return self.path / DATA_STATS
+
+    @property
+    def cv_report(self) -> Path:
+        """``cv.md``: a cross-validated run's folds side by side (``fold_<k>/`` beside it)."""
+        return self.path / CV_REPORT
 
     @property
     def env(self) -> Path:
-        return self.path / "env.json"
+        return self.path / ENV
 
     @property
     def git_diff(self) -> Path:
         """The checkout's uncommitted changes when the run started (only when there were)."""
-        return self.path / "git.diff"
+        return self.path / GIT_DIFF
 
     @property
     def requirements(self) -> Path:
         """Every installed distribution as name==version, for reproduce.sh."""
-        return self.path / "requirements.txt"
+        return self.path / REQUIREMENTS
 
     @property
     def reproduce_script(self) -> Path:
-        return self.path / "reproduce.sh"
+        return self.path / REPRODUCE
 
     @property
     def saved_config(self) -> Path:
-        return self.path / ".hydra" / "config.yaml"
+        return self.path / HYDRA / SAVED_CONFIG
 
     @property
     def saved_overrides(self) -> Path:
-        return self.path / ".hydra" / "overrides.yaml"
+        return self.path / HYDRA / SAVED_OVERRIDES
 
     @property
     def lock_file(self) -> Path:
@@ -241,4 +305,75 @@ class RunDir:
 
     def has_checkpoint(self) -> bool:
         """A full checkpoint to continue from exists (``last.ckpt``, its ``.prev``, or hpc)."""
-        return any(self.checkpoints.glob("last.ckpt*")) or bool(self.hpc_checkpoints())
+        return any(self.checkpoints.glob(f"{LAST_CKPT}*")) or bool(self.hpc_checkpoints())
+
+    @staticmethod
+    def is_run_file(path: Path) -> bool:
+        """``path`` is a file that stands for its run folder: its ``metrics.json`` or its
+        ``.hydra/config.yaml`` (``folder_of`` gives the folder)."""
+        path = Path(path)
+        saved = path.name == SAVED_CONFIG and path.parent.name == HYDRA
+        return path.name == METRICS or saved
+
+    @staticmethod
+    def folder_of(run_file: Path) -> Path:
+        """The run folder of a file ``is_run_file`` accepts."""
+        run_file = Path(run_file)
+        return run_file.parent.parent if run_file.parent.name == HYDRA else run_file.parent
+
+    @staticmethod
+    def looks_like_run(names: set[str]) -> bool:
+        """A folder holding these entry names is a run (finished, or with its config saved)."""
+        return METRICS in names or HYDRA in names
+
+
+@dataclass(frozen=True)
+class SweepDir:
+    """A sweep folder as ``python -m experiments.train -m`` makes it::
+
+    <sweep>/sweep.json            what identifies the sweep (``runs.sweep.Manifest``)
+    <sweep>/<job>/                one run folder per job (a RunDir) ...
+    <sweep>/<job>/job.json        ... and its record: status, overrides, error, node
+    <sweep>/summary.md, summary.csv  the table of every job (``tracking.sweep_summary``)
+    <sweep>/optimization_results.yaml  the best parameters (our Optuna sweeper)
+    <sweep>/manifest.json         every artifact's sha256 and size (``runs.manifest``)
+    <sweep>/.lock                 held by the process running the sweep
+    """
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def sweep_file(self) -> Path:
+        """``sweep.json``: the fixed overrides, the search space and the config's hash."""
+        return self.path / SWEEP_MANIFEST
+
+    @staticmethod
+    def job_file(job_dir: Path) -> Path:
+        """A job's record (``job.json``), written by the sweep when the job ends."""
+        return Path(job_dir) / JOB_FILE
+
+    def job_files(self) -> list[Path]:
+        """The records of the jobs that ended, sorted by path."""
+        return sorted(self.path.glob(f"*/{JOB_FILE}"))
+
+    def has_jobs(self) -> bool:
+        return self.path.is_dir() and any(self.path.glob(f"*/{JOB_FILE}"))
+
+    @property
+    def summary_md(self) -> Path:
+        return self.path / SUMMARY_MD
+
+    @property
+    def summary_csv(self) -> Path:
+        return self.path / SUMMARY_CSV
+
+    @property
+    def optimization_results(self) -> Path:
+        return self.path / OPTIMIZATION_RESULTS
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / MANIFEST

@@ -31,14 +31,13 @@ from pathlib import Path
 
 from experiments.errors import UserError
 from experiments.runs.files import read_json_object, write_json
+from experiments.runs.layout import JOB_FILE, MANIFEST
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 VERSION = 1
 SKIPPED_DIRS = frozenset({"wandb", "mlruns", "csv", "tensorboard", "__pycache__", "profile"})
 SKIPPED_NAMES = frozenset({MANIFEST})
-JOB_RECORD = "job.json"  # runs.sweep.JOB_FILE (runs.sweep imports layout, which imports this)
 CHUNK = 1 << 20
 
 
@@ -67,8 +66,8 @@ def artifacts(folder: Path) -> Iterable[Path]:
         )
         listed = [here / n for n in files if _listed(here / n)]
         if here == folder:
-            listed = [p for p in listed if p.name != JOB_RECORD]
-        listed += [here / d / JOB_RECORD for d in own if (here / d / JOB_RECORD).is_file()]
+            listed = [p for p in listed if p.name != JOB_FILE]
+        listed += [here / d / JOB_FILE for d in own if (here / d / JOB_FILE).is_file()]
         for path in sorted(listed):
             yield path.relative_to(folder)
 

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from experiments.errors import UserError, one_line
 from experiments.runs.files import read_json_object, read_yaml
-from experiments.runs.layout import PREVIOUS_SUFFIX, RunDir, read_sidecar
+from experiments.runs.layout import METRICS, PREVIOUS_SUFFIX, RunDir, read_sidecar
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,9 @@ def find_resumable(runs_dir: Path) -> Path | None:
 def find_run_of_slurm_job(cfg: DictConfig, job_id: str) -> Path | None:
     """The unfinished run whose env.json records SLURM job ``job_id``."""
     env_files = sorted(
-        runs_root(cfg).glob("*/env.json"), key=lambda p: p.stat().st_mtime, reverse=True
+        (RunDir(d).env for d in runs_root(cfg).glob("*") if RunDir(d).env.is_file()),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
     )
     for env_file in env_files:
         try:
@@ -163,7 +165,7 @@ def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
                 f"resume={run_dir} or choose another hydra.run.dir"
             )
         return None
-    found = newest_valid_checkpoint(run.checkpoints)
+    found = newest_valid_checkpoint(run.last_ckpt)
     hpc = first_loadable(run.hpc_checkpoints())  # Lightning's SIGUSR1 (SLURM requeue) one
     if hpc is not None and (found is None or hpc[0].stat().st_mtime > found[0].stat().st_mtime):
         found = hpc
@@ -176,7 +178,7 @@ def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
     max_epochs = cfg.trainer.get("max_epochs")
     if run.finished and max_epochs is not None and 0 <= max_epochs <= epochs_done:
         raise UserError(
-            f"{run_dir} already finished {epochs_done} epochs (metrics.json); raise "
+            f"{run_dir} already finished {epochs_done} epochs ({METRICS}); raise "
             f"trainer.max_epochs to train on, or start a new run"
         )
     log.info(
@@ -187,5 +189,5 @@ def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
         checkpoint.get("global_step", 0),
     )
     if run.finished:
-        run.metrics.rename(run.path / "metrics.previous.json")
+        run.metrics.rename(run.previous_metrics)
     return path

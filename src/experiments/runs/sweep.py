@@ -19,12 +19,10 @@ from typing import Any
 
 from experiments.errors import UserError
 from experiments.runs.files import read_json_object, write_json
-from experiments.runs.layout import RunDir
+from experiments.runs.layout import SWEEP_MANIFEST, RunDir, SweepDir
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "sweep.json"
-JOB_FILE = "job.json"
 # set in a job's process by hydra/launcher=ray: the node it runs on, and why an earlier
 # attempt of it was lost (both recorded in its job.json)
 NODE_ENV = "EXPERIMENTS_NODE"
@@ -77,11 +75,11 @@ def claim(sweep_dir: Path, mine: Manifest, force: bool) -> bool:
     from experiments.runs.lock import RunLock
 
     sweep_dir = Path(sweep_dir)
-    path = sweep_dir / MANIFEST
+    path = SweepDir(sweep_dir).sweep_file
     theirs = _read(path) if path.is_file() else None
-    if theirs is None and sweep_dir.is_dir() and any(sweep_dir.glob(f"*/{JOB_FILE}")):
+    if theirs is None and SweepDir(sweep_dir).has_jobs():
         raise UserError(
-            f"hydra.sweep.dir={sweep_dir} holds jobs of a sweep with no {MANIFEST} (made "
+            f"hydra.sweep.dir={sweep_dir} holds jobs of a sweep with no {SWEEP_MANIFEST} (made "
             f"before sweeps had one); choose another hydra.sweep.dir"
         )
     if theirs is not None and not theirs.same_sweep(mine):
@@ -128,7 +126,7 @@ def previous_job(job_dir: Path) -> dict[str, Any] | None:
     Raises:
         UserError: the file is there but is not a JSON object (one line naming it).
     """
-    return read_json_object(Path(job_dir) / JOB_FILE, missing=None)
+    return read_json_object(SweepDir.job_file(job_dir), missing=None)
 
 
 def finished_metrics(job_dir: Path) -> dict[str, Any] | None:
@@ -248,16 +246,16 @@ def stop_reason(cfg, sweep_dir: Path, job_num: int) -> str | None:
     if max_jobs is not None and job_num >= int(max_jobs):
         return f"sweep.max_jobs={max_jobs} reached"
     if budget is not None:
-        started = read_json_object(Path(sweep_dir) / MANIFEST).get("started")
+        started = read_json_object(SweepDir(sweep_dir).sweep_file).get("started")
         started = float(started) if isinstance(started, int | float) else 0.0
         if started and time.time() - started > parse_budget(budget):
             return f"sweep.time_budget={budget} spent"
     if target is not None:
         metric, op, value = parse_target(target)
-        for job_file in sorted(Path(sweep_dir).glob(f"*/{JOB_FILE}")):
+        for job_file in SweepDir(sweep_dir).job_files():
             try:  # a job whose files are corrupt reached nothing (the summary says why)
                 job = read_json_object(job_file)
-                metrics = read_json_object(job_file.parent / "metrics.json")
+                metrics = read_json_object(RunDir(job_file.parent).metrics)
             except UserError:
                 continue
             if job.get("status") != "ok":

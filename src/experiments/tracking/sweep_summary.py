@@ -29,9 +29,9 @@ from omegaconf import DictConfig
 from experiments.compat.hydra import as_recorded_failure, job_outcome
 from experiments.errors import UserError, find_user_error
 from experiments.runs.files import atomic_write, read_json_object, read_yaml, write_json
-from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch
+from experiments.runs.layout import BEST_WEIGHTS, RunDir, SweepDir, read_sidecar, sidecar_epoch
 from experiments.runs.orphans import end_with_sweep_process, exit_if_orphaned, mark_sweep_process
-from experiments.runs.sweep import JOB_FILE, KEPT, LOST_ENV, NODE_ENV, stop_reason
+from experiments.runs.sweep import KEPT, LOST_ENV, NODE_ENV, stop_reason
 from experiments.tracking import importance
 
 log = logging.getLogger(__name__)
@@ -108,14 +108,14 @@ def failed_line(failed: list[dict], total: int, sweep_dir: Path) -> str:
     more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
     return (
         f"{len(failed)} of {total} jobs failed; job {first['job']}: {first['error']}{more}; "
-        f"see {sweep_dir / 'summary.md'}"
+        f"see {SweepDir(sweep_dir).summary_md}"
     )
 
 
 def _write_job(hydra_cfg, overrides, status: str, error, value, wall_time_s) -> None:
     """The job's ``job.json``: what the summary is rebuilt from."""
     write_json(
-        Path(hydra_cfg.runtime.output_dir) / JOB_FILE,
+        SweepDir.job_file(hydra_cfg.runtime.output_dir),
         {
             "num": hydra_cfg.job.num,
             "trial": _trial_number(hydra_cfg),
@@ -138,7 +138,7 @@ def record_lost(
     """A job its launcher lost (its worker or node died): recorded as ``lost`` (it will run
     again when ``retried``) until a new attempt writes its own record. ``status="failed"``:
     one the launcher could not run at all (not lost, so not counted as healed either)."""
-    write_json(job_dir / JOB_FILE, {
+    write_json(SweepDir.job_file(job_dir), {
         "num": num, "trial": None, "overrides": overrides, "status": status,
         "error": f"{reason}{'; running it again' if retried else ''}"[:300],
         "value": None, "wall_time_s": None, "node": None,
@@ -155,8 +155,8 @@ def show_summary(sweep_dir: Path, rows: list) -> None:
         log.info(
             "sweep summary (%d jobs): %s\n%s",
             len(rows),
-            sweep_dir / "summary.md",
-            (sweep_dir / "summary.md").read_text(),
+            SweepDir(sweep_dir).summary_md,
+            SweepDir(sweep_dir).summary_md.read_text(),
         )
 
 
@@ -205,7 +205,7 @@ def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
     are corrupt is a ``broken`` row naming the file and the problem."""
     rows = []
     pareto = _pareto_trials(sweep_dir)
-    for job_file in sorted(sweep_dir.glob(f"*/{JOB_FILE}")):
+    for job_file in SweepDir(sweep_dir).job_files():
         try:
             row, trial = _row(job_file, metric)
         except UserError as err:
@@ -223,11 +223,11 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
         UserError: its ``job.json`` or ``metrics.json`` is corrupt, or holds the wrong types.
     """
     job = read_json_object(job_file)
-    metrics = read_json_object(job_file.parent / "metrics.json")
+    metrics = read_json_object(RunDir(job_file.parent).metrics)
     status, overrides = job.get("status"), job.get("overrides", [])
     if not isinstance(status, str) or not isinstance(overrides, list):
         raise UserError(f"{job_file}: not a job record (status or overrides of the wrong type)")
-    # the best epoch's value (the weights best.pt keeps and test/* scores), not the last's
+    # the best epoch's value (RunDir.best_weights hold it, test/* scored them), not the last's
     value, epoch = chosen_value(job_file.parent, metric, metrics)
     value = value if value is not None else job.get("value")
     error = job.get("error")
@@ -252,8 +252,8 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
 
 
 def chosen_value(job_dir: Path, metric: str, metrics: dict) -> tuple[Any, str]:
-    """``metric`` of a job and the epoch it is from: the epoch ``best.pt`` keeps (whose
-    weights test/* scored: ``best.json``), ``"7 of 10"``; without one, the last epoch's
+    """``metric`` of a job and the epoch it is from: the epoch ``RunDir.best_weights`` keeps
+    (whose weights test/* scored: ``best.json``), ``"7 of 10"``; without one, the last epoch's
     value from ``metrics.json``, labelled ``"10 of 10, last"``.
 
     Raises:
@@ -304,7 +304,7 @@ def _optuna_results(sweep_dir: Path) -> dict:
     """``optimization_results.yaml``, which our Optuna sweeper writes ({} without one, and
     for a corrupt one, with a warning naming it: the summary is written all the same)."""
     try:
-        return read_yaml(sweep_dir / "optimization_results.yaml", missing={}, kind=dict)
+        return read_yaml(SweepDir(sweep_dir).optimization_results, missing={}, kind=dict)
     except UserError as err:
         log.warning("%s; the summary leaves out parameter importance and the Pareto front", err)
         return {}
@@ -359,11 +359,11 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         writer = csv.DictWriter(buf, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-        atomic_write(sweep_dir / "summary.csv", lambda f: f.write(buf.getvalue().encode()))
+        atomic_write(SweepDir(sweep_dir).summary_csv, lambda f: f.write(buf.getvalue().encode()))
         md = _markdown(rows, fields, metric, mode)
         # the plots are drawn from every finished job each time, a stale one removed
         md += importance.section(sweep_dir, rows, metric, *_optuna_importance(sweep_dir))
-        atomic_write(sweep_dir / "summary.md", lambda f: f.write(md.encode()))
+        atomic_write(SweepDir(sweep_dir).summary_md, lambda f: f.write(md.encode()))
         importance.plot_one_key(rows, metric, sweep_dir / importance.ONE_KEY)
     return rows
 
@@ -389,8 +389,9 @@ def _markdown(rows, fields, metric, mode) -> str:
     head = f"# Sweep summary\n\n{len(rows)} jobs, {counts}, {failed} failed; "
     head += f"sorted by {metric} ({mode}).\n\n"
     head += (
-        f"{metric} is each job's value at the epoch best.pt keeps (column epoch; test/* scored "
-        f"those weights); a job without best.pt shows its last epoch's, marked last.\n\n"
+        f"{metric} is each job's value at the epoch {BEST_WEIGHTS} keeps (column epoch; test/* "
+        f"scored those weights); a job without {BEST_WEIGHTS} shows its last epoch's, marked "
+        f"last.\n\n"
     )
     if not_run:
         head += f"Stopped early: {'; '.join(sorted({r['error'] for r in not_run}))[:400]}.\n\n"
