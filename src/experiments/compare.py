@@ -67,9 +67,10 @@ from experiments.analysis.report import markdown, write_report
 from experiments.analysis.runs import show_path
 from experiments.config.saved import parse_args
 from experiments.errors import UserError, exit_with
+from experiments.runs.layout import METRICS
 from experiments.runs.manifest import check_integrity, refresh
 
-USAGE = """\
+USAGE = f"""\
 usage: python -m experiments.compare <path> [<path> ...] [metric=<name>] [mode=max|min]
                                      [out=<folder>] [ignore=<key>,<key>...] [--latex]
                                      [confirm_top_k=K [confirm_seeds=N]]
@@ -102,7 +103,7 @@ marked best only when it beats every other at 95%; otherwise the groups tied wit
 marked tie, with about how many seeds per group would decide it (or "more than 100", or
 "no difference detectable").
 
-Runs whose metrics.json or config cannot be read, or that lack the metric, are skipped and
+Runs whose {METRICS} or config cannot be read, or that lack the metric, are skipped and
 listed (and named on stderr, one line each). Exit status 2 when no run can be compared."""
 
 

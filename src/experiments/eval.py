@@ -22,24 +22,32 @@ from experiments.model_card import (
     checkpoint_name,
     write_model_card,
 )
-from experiments.runs.layout import RunDir, sidecar_epoch
+from experiments.runs.layout import (
+    EVAL_METRICS,
+    HYDRA,
+    MODEL_CARD,
+    RELIABILITY,
+    SAVED_CONFIG,
+    RunDir,
+    sidecar_epoch,
+)
 from experiments.saved_run import SavedRun
 
 log = logging.getLogger(__name__)
 
 MAX_KEPT = 20  # checkpoints whose evaluation eval_metrics.json keeps (best, last, a few files)
 
-USAGE = """\
+USAGE = f"""\
 usage: python -m experiments.eval run_dir=<run folder> [ckpt=best|last|<file.pt>]
            [posthoc_tau=<tau>] [key=value ...]
 
-Rebuilds the run's data (same split) and model from <run>/.hydra/config.yaml, loads the
+Rebuilds the run's data (same split) and model from <run>/{HYDRA}/{SAVED_CONFIG}, loads the
 weights-only checkpoint (default best), runs the test split and writes
-<run>/eval_metrics.json (with test/ece, the expected calibration error over 15 bins, and
-after calibration test/ece_calibrated), reliability.png and model_card.md. Other key=value
+<run>/{EVAL_METRICS} (with test/ece, the expected calibration error over 15 bins, and
+after calibration test/ece_calibrated), {RELIABILITY} and {MODEL_CARD}. Other key=value
 arguments override keys of the run's config, e.g. data.batch_size=256
 trainer.accelerator=cpu (+key=value adds a key). posthoc_tau=1.0 also reports
-test/posthoc/{acc,balanced_acc,macro_f1} after post-hoc logit adjustment (logits minus
+test/posthoc/{{acc,balanced_acc,macro_f1}} after post-hoc logit adjustment (logits minus
 tau * log of the training split's class prior; for long-tailed data).
 The run is rebuilt from a closed set of classes (ours, torchvision's transforms and model
 builders), never by calling what its files name; EXPERIMENTS_TRUSTED_MODULES=<pkg>[,<pkg>]
@@ -151,7 +159,7 @@ def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:
 
 
 def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, float]) -> None:
-    # training tested best.pt: the same file on the same split must give the same number
+    # training tested the best weights: the same file on the same split must give the same number
     if ckpt_path.resolve() != layout.best_weights.resolve():
         return
     from experiments.runs.files import read_json_object
@@ -159,19 +167,19 @@ def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, f
     try:
         trained = read_json_object(layout.metrics).get("test/acc")
     except UserError as err:  # the comparison is a note: the evaluation itself stands
-        log.warning("not compared with the run's metrics.json: %s", err)
+        log.warning("not compared with the run's metrics: %s", err)
         return
     if not isinstance(trained, int | float) or isinstance(trained, bool):
         return
     if trained is None or "test/acc" not in metrics:
         return
     if trained == metrics["test/acc"]:
-        log.info("test/acc matches the run's metrics.json (%.4f)", trained)
+        log.info("test/acc matches %s (%.4f)", layout.metrics, trained)
     else:
         log.warning(
-            "test/acc %.4f differs from the run's metrics.json (%.4f): changed data, "
-            "overrides or precision?",
+            "test/acc %.4f differs from %s (%.4f): changed data, overrides or precision?",
             metrics["test/acc"],
+            layout.metrics,
             trained,
         )
 

@@ -26,19 +26,34 @@ from experiments.config.saved import parse_args
 from experiments.console import run_main
 from experiments.errors import UserError, one_line
 from experiments.runs.files import read_json_object, read_text
-from experiments.runs.layout import WEIGHTS_ROLES, RunDir, weights_file
+from experiments.runs.layout import (
+    BEST_WEIGHTS,
+    CHECKPOINTS,
+    CSV_LOG,
+    ENV,
+    GIT_DIFF,
+    HYDRA,
+    MANIFEST,
+    METRICS,
+    OLD_WEIGHTS_SUFFIX,
+    SAVED_OVERRIDES,
+    WEIGHTS_ROLES,
+    WEIGHTS_SUFFIX,
+    RunDir,
+)
 from experiments.runs.provenance import start_git_probe
 
-USAGE = """\
+USAGE = f"""\
 usage: python -m experiments.verify [run_dir=]<run folder> [steps=N] [integrity=true]
 
-Runs python -m experiments.train again with the run's own overrides (.hydra/overrides.yaml)
+Runs python -m experiments.train again with the run's own overrides ({HYDRA}/{SAVED_OVERRIDES})
 in a temporary folder, with the code installed here, and compares: the whole run's
-metrics.json values and the tensors of its best and last weights (checkpoints/
-best.safetensors and last.safetensors; an older run's best.pt and last.pt), when the run
+{METRICS} values and the tensors of its best and last weights ({CHECKPOINTS}/
+{BEST_WEIGHTS} and last{WEIGHTS_SUFFIX}; an older run's best{OLD_WEIGHTS_SUFFIX} and \
+last{OLD_WEIGHTS_SUFFIX}), when the run
 saves them (a run whose config saves none, e.g. debug=fast, is verified on its metrics,
 and says so); with steps=N only the first N training steps, by the losses logged at those
-steps (csv/metrics.csv). On the machine env.json names they must be equal bit for bit; on
+steps ({"/".join(CSV_LOG)}). On the machine {ENV} names they must be equal bit for bit; on
 another, within a relative tolerance of 1e-5 (printed). Exit 0 when they match, 1 when
 they differ (each difference printed), 2 on a run folder that cannot be verified. The
 run's files are read as data: an overrides entry that could run code or write elsewhere
@@ -46,7 +61,7 @@ run's files are read as data: an overrides entry that could run code or write el
 before anything is trained.
 
 integrity=true trains nothing: it compares every file of the run (or of a sweep, and of
-each job in it) with the sha256 and size its manifest.json lists. Exit 0 when all match,
+each job in it) with the sha256 and size its {MANIFEST} lists. Exit 0 when all match,
 1 naming each file modified, missing or added after the run; a folder written before
 manifests existed has none: a note, exit 0."""
 
@@ -71,21 +86,19 @@ def verify(run_dir: str | Path, steps: int | None = None) -> dict:
     env = read_json_object(layout.env)
     if not env or not layout.saved_overrides.is_file():
         raise UserError(
-            f"{layout.path}: no saved command to verify (env.json and .hydra/overrides.yaml "
+            f"{layout.path}: no saved command to verify ({ENV} and {HYDRA}/{SAVED_OVERRIDES} "
             f"are written when python -m experiments.train starts a run)"
         )
     _check_env(env, layout.env)
     overrides = read_overrides(layout.saved_overrides)  # refused entries: before anything runs
     if env.get("git_dirty") and not layout.git_diff.is_file():
         raise UserError(
-            f"{layout.path}: the run started from uncommitted changes and its git.diff is "
+            f"{layout.path}: the run started from uncommitted changes and its {GIT_DIFF} is "
             f"missing, so the code it ran cannot be known"
         )
     if steps is None:
         if not layout.metrics.is_file():
-            raise UserError(
-                f"{layout.path}: the run did not finish (no metrics.json); give steps=N"
-            )
+            raise UserError(f"{layout.path}: the run did not finish (no {METRICS}); give steps=N")
         if not _metric_keys(read_json_object(layout.metrics)):
             raise UserError(
                 f"{layout.metrics}: holds no metric values to compare (a run writes its "
@@ -97,7 +110,9 @@ def verify(run_dir: str | Path, steps: int | None = None) -> dict:
     if env.get("git_commit") and here and here != env["git_commit"]:
         notes.append(f"the code here is commit {here[:10]}, the run's was {env['git_commit'][:10]}")
     if env.get("git_dirty"):
-        notes.append("the run had uncommitted changes (git.diff); the code here is used as it is")
+        notes.append(
+            f"the run had uncommitted changes ({GIT_DIFF}); the code here is used as it is"
+        )
     with tempfile.TemporaryDirectory(prefix="verify-") as tmp:
         again = Path(tmp) / "run"
         extra = [f"++trainer.max_steps={steps}", "test=false"] if steps else []
@@ -110,18 +125,17 @@ def verify(run_dir: str | Path, steps: int | None = None) -> dict:
             tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["?"]
             raise UserError(f"the run could not be trained again: {tail[0][:300]}")
         if steps:
-            compared, differences = _losses(layout.path, again, steps, exact)
+            compared, differences = _losses(layout, RunDir(again), steps, exact)
         else:
-            compared, differences = _metrics(layout.path, again, exact)
+            compared, differences = _metrics(layout, RunDir(again), exact)
             for role in WEIGHTS_ROLES:
-                first = weights_file(layout.checkpoints, role)
-                second = weights_file(again / "checkpoints", role)
+                first, second = layout.weights(role), RunDir(again).weights(role)
                 if not first.is_file() and not second.is_file():
                     continue  # the run's config saves no such file: nothing it ever had
                 n, diff = _weights(first, second, exact)
                 compared.append(f"{first.name} ({n} tensors)")
                 differences += diff
-            if not any(weights_file(again / "checkpoints", r).is_file() for r in WEIGHTS_ROLES):
+            if not any(RunDir(again).weights(r).is_file() for r in WEIGHTS_ROLES):
                 notes.append(
                     "the run's config saves no weights (e.g. debug=fast, or the checkpoint "
                     "callback off): verified on its metrics only"
@@ -162,15 +176,15 @@ def _same(a: float, b: float, exact: bool) -> bool:
     return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=1e-12)
 
 
-def _metrics(first: Path, again: Path, exact: bool):
-    a, b = read_json_object(first / "metrics.json"), read_json_object(again / "metrics.json")
+def _metrics(first: RunDir, again: RunDir, exact: bool):
+    a, b = read_json_object(first.metrics), read_json_object(again.metrics)
     keys = _metric_keys(a)
     diffs = [
-        f"metrics.json {k}: {a[k]!r} then, {b.get(k)!r} now"
+        f"{METRICS} {k}: {a[k]!r} then, {b.get(k)!r} now"
         for k in keys
         if not isinstance(b.get(k), int | float) or not _same(float(a[k]), float(b[k]), exact)
     ]
-    return [f"metrics.json ({len(keys)} values)"], diffs
+    return [f"{METRICS} ({len(keys)} values)"], diffs
 
 
 def _weights(first: Path, again: Path, exact: bool) -> tuple[int, list[str]]:
@@ -207,21 +221,21 @@ def _weights(first: Path, again: Path, exact: bool) -> tuple[int, list[str]]:
     return len(a), diffs[:10] + ([f"... and {len(diffs) - 10} more"] if len(diffs) > 10 else [])
 
 
-def _losses(first: Path, again: Path, steps: int, exact: bool):
+def _losses(first: RunDir, again: RunDir, steps: int, exact: bool):
     a, b = _step_losses(first, steps), _step_losses(again, steps)
     if not a:
         raise UserError(
-            f"{first}: no train/loss_step logged in the first {steps} steps (csv/metrics.csv; "
-            f"logged every trainer.log_every_n_steps): give more steps or verify the whole run"
+            f"{first.csv_metrics}: no train/loss_step logged in the first {steps} steps "
+            f"(logged every trainer.log_every_n_steps): give more steps or verify the whole run"
         )
     diffs = [f"train/loss_step at step {s}: {v!r} then, {b.get(s)!r} now"
              for s, v in a.items() if b.get(s) is None or not _same(v, b[s], exact)]  # fmt: skip
     return [f"train/loss_step at {len(a)} steps"], diffs
 
 
-def _step_losses(run: Path, steps: int) -> dict[int, float]:
+def _step_losses(run: RunDir, steps: int) -> dict[int, float]:
     found = {}
-    path = run / "csv" / "metrics.csv"
+    path = run.csv_metrics
     if not path.is_file():
         return {}
     text = read_text(path, max_bytes=MAX_CSV_BYTES)  # a corrupt file: one line naming it
@@ -238,7 +252,7 @@ def integrity(folder: str | Path) -> tuple[bool, list[str]]:
     """Check ``folder`` (a run or a sweep, with each job in it) against its manifest(s),
     training nothing. Returns ``(ok, lines to print)``; ok is False only when a listed file
     was modified or removed, or one was added, in a folder that has a manifest."""
-    from experiments.runs.manifest import MANIFEST, check_tree
+    from experiments.runs.manifest import check_tree
 
     folder = Path(folder)
     if not folder.is_dir():

@@ -134,7 +134,7 @@ def read_curve(run_dir: Path, column: str = "val/acc") -> dict[int, float]:
     epoch wins; Lightning's 0-based epochs); ``{}`` when the file, the column or a value
     cannot be read."""
     curve: dict[int, float] = {}
-    path = run_dir / "csv" / "metrics.csv"
+    path = RunDir(run_dir).csv_metrics
     try:  # a file handed to us: size-limited, UTF-8; an epoch of "inf" overflows int()
         reader = csv.reader(io.StringIO(read_text(path), newline=""))
         header = next(reader)

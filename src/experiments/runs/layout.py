@@ -45,6 +45,7 @@ HYDRA = ".hydra"
 SAVED_CONFIG = "config.yaml"
 SAVED_OVERRIDES = "overrides.yaml"
 CV_REPORT = "cv.md"
+CSV_LOG = ("csv", "metrics.csv")  # the CSV logger's rows (tracking's csv logger writes it)
 # the files of a sweep folder (SweepDir below)
 SWEEP_MANIFEST = "sweep.json"
 JOB_FILE = "job.json"
@@ -141,6 +142,7 @@ class RunDir:
     <run>/env.json, git.diff, requirements.txt, reproduce.sh  provenance (runs.provenance)
     <run>/manifest.json                     every artifact's sha256 and size (runs.manifest)
     <run>/.lock                             held by the process training in it
+    <run>/csv/metrics.csv                   the CSV logger's rows (logger=csv, the default)
     <run>/fold_<k>/                         cv.folds=K: one such run per fold (+ cv.md)
     """
 
@@ -167,6 +169,10 @@ class RunDir:
     def last_weights(self) -> Path:
         """The last epoch's weights: ``last.safetensors``, or an older run's ``last.pt``."""
         return weights_file(self.checkpoints, "last")
+
+    def weights(self, role: str) -> Path:
+        """``best_weights`` or ``last_weights`` by ``role`` (one of ``WEIGHTS_ROLES``)."""
+        return weights_file(self.checkpoints, role)
 
     @property
     def manifest(self) -> Path:
@@ -251,6 +257,11 @@ class RunDir:
     def cv_report(self) -> Path:
         """``cv.md``: a cross-validated run's folds side by side (``fold_<k>/`` beside it)."""
         return self.path / CV_REPORT
+
+    @property
+    def csv_metrics(self) -> Path:
+        """The CSV logger's rows: one per logged step and epoch."""
+        return self.path.joinpath(*CSV_LOG)
 
     @property
     def env(self) -> Path:
