@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from experiments.config import CONF_DIR, schema
 from experiments.console import SWEEP_LINE, filter_upstream_warnings, metrics_table, what_runs
 from experiments.errors import UserError, exit_with, find_user_error
-from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch
+from experiments.runs.layout import RunDir, read_sidecar, sidecar_epoch, sidecar_of
 from experiments.utils import pause_gc, resume_gc
 
 log = logging.getLogger(__name__)
@@ -271,7 +271,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
             chosen = chosen_epoch(Path(cfg.paths.output_dir), str(cfg.optimized_metric), callbacks)
         except SIGTERMException:  # Lightning's signal path; the guard saved a checkpoint
             signum = guard.signum if guard is not None and guard.signum else 15
-            last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+            last = RunDir(cfg.paths.output_dir).last_ckpt
             epoch = trainer.current_epoch + 1  # 1-based, as the console counts
             raise RunInterrupted(signum, last, epoch, trainer.global_step) from None
         except Exception as err:
@@ -280,7 +280,7 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
             # fork/spawn workers: they saved (compat.signal_safe_workers); SIGTERM reached them
             from experiments.runs.checkpoint_io import load_full_checkpoint
 
-            last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+            last = RunDir(cfg.paths.output_dir).last_ckpt
             saved = load_full_checkpoint(last)  # the workers' trainers, not this one, moved on
             raise RunInterrupted(15, last, saved["epoch"] + 1, saved["global_step"]) from None
     except BaseException:
@@ -302,7 +302,7 @@ def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, fl
 
     if checkpoints is not None and checkpoints.best_path.is_file():
         # the sidecar, not the callback: under ddp_fork the callback lived in a child
-        best = read_sidecar(checkpoints.best_path.with_suffix(".json"))  # a file: data
+        best = read_sidecar(sidecar_of(checkpoints.best_path))  # a file: data
         value = best.get("value")
         log.info(
             "testing %s (epoch %d, %s=%s)",
@@ -325,7 +325,7 @@ def _progress(trainer, callbacks) -> dict[str, int]:
     from experiments.callbacks import StateDictCheckpoint
 
     checkpoints = next((c for c in callbacks if isinstance(c, StateDictCheckpoint)), None)
-    sidecar = checkpoints.last_path.with_suffix(".json") if checkpoints else None
+    sidecar = sidecar_of(checkpoints.last_path) if checkpoints else None
     if trainer.global_step == 0 and sidecar is not None and sidecar.is_file():
         last = read_sidecar(sidecar)
         return {"epochs": sidecar_epoch(last), "global_step": int(last.get("global_step", 0))}
