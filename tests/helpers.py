@@ -1,16 +1,213 @@
-"""Small datasets and nets for tests, importable by Hydra ``_target_`` paths."""
+"""The suite's one helper module: how a test runs a command (in this process, or as a process
+where the process is what is tested), small data on disk, and the datasets, nets and
+callbacks that configs name by ``_target_`` (importable from a run's own process too)."""
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import gc
+import io
+import logging
+import os
+import signal
+import subprocess
+import sys
 import time
+import traceback
+import warnings
 from collections.abc import Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
 
+import numpy as np
+import pytest
 import torch
+from hydra.core.singleton import Singleton
 from lightning.pytorch import Callback
+from PIL import Image
 from torch import nn
 from torch.utils.data import Dataset
 
 from experiments.callbacks.profiling import Profiling
+from experiments.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+# generous: a subprocess test waits for an event (an exit), never for a guessed duration, and
+# the limit only decides how long a hung one is left before it is killed and reported; under
+# `make test-stress` (a CPU hog on every core) a CLI start costs several times its idle time
+SUBPROCESS_TIMEOUT = 600.0
+
+
+def run_process(
+    cmd: list[str],
+    timeout: float = SUBPROCESS_TIMEOUT,
+    env: dict | None = None,
+    cwd: Path | str | None = None,
+    check: bool = False,
+    input: str | None = None,
+) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)`` for tests: past ``timeout`` the
+    process and everything it started (its own session) are killed, and the test fails with
+    the command and the tail of its output instead of hanging or losing what it printed."""
+    proc = subprocess.Popen(
+        [str(c) for c in cmd], cwd=cwd, env=env, text=True, start_new_session=True,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(
+            f"timed out after {timeout:.0f}s and killed: {' '.join(map(str, cmd))}\n"
+            f"---- stdout (tail)\n{(out or '')[-3000:]}\n---- stderr (tail)\n{(err or '')[-3000:]}"
+        )
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    if check and res.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, cmd))} exited {res.returncode}:\n{err[-3000:]}")
+    return res
+
+
+def run_cli(
+    *args: str, cwd: Path, timeout: float = SUBPROCESS_TIMEOUT, env_extra: dict | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m experiments.train ...`` (or another module via args) as a process of its
+    own, for what only a process shows: exit on a signal, DDP/SLURM/Ray launches, start-up, a
+    crash's traceback. ``tests.helpers`` is importable there (``_target_``s of test data)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env_extra or {})}
+    return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
+
+
+def _entry(module: str):
+    """The console entry point ``python -m module`` calls (``experiments.train:cli``), or
+    None for a module without one (run as ``__main__`` by runpy)."""
+    for ep in entry_points(group="console_scripts"):
+        if ep.value.split(":")[0] == module:
+            with contextlib.suppress(ImportError, AttributeError):
+                return ep.load()
+    return None
+
+
+@contextlib.contextmanager
+def _restored(cwd: Path, env_extra: dict | None):
+    """What a command may change in its process and a test process must get back: cwd,
+    argv, sys.path, environment, warning filters, logging, signal handlers, the collector,
+    Hydra's global state and torch's determinism switch."""
+    saved = (os.getcwd(), list(sys.argv), list(sys.path), dict(os.environ), gc.isenabled())
+    loggers = {n: (lg.level, list(lg.handlers), lg.propagate, lg.disabled) for n, lg in
+               [("", logging.root), *logging.root.manager.loggerDict.items()]
+               if isinstance(lg, logging.Logger)}  # fmt: skip
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    hydra, deterministic = Singleton.get_state(), torch.are_deterministic_algorithms_enabled()
+    frozen, modules = gc.get_freeze_count(), set(sys.modules)
+    logging.root.handlers[:] = []  # a fresh process's root: no handler (pytest's are back after)
+    logging.root.setLevel(logging.WARNING)
+    os.chdir(cwd)
+    os.environ.update(env_extra or {})
+    sys.path.insert(0, str(cwd))  # as `python -m`: a user's module in cwd is importable
+    try:
+        with warnings.catch_warnings():  # a fresh interpreter's filters, shown on its stderr
+            warnings.resetwarnings()
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning,
+                             ResourceWarning):  # fmt: skip
+                warnings.simplefilter("ignore", category)
+            warnings.showwarning = lambda *a, **_: sys.stderr.write(warnings.formatwarning(*a[:4]))
+            yield
+    finally:
+        os.chdir(saved[0])
+        sys.argv[:], sys.path[:] = saved[1], saved[2]
+        os.environ.clear()
+        os.environ.update(saved[3])
+        for name, lg in [("", logging.root), *logging.root.manager.loggerDict.items()]:
+            if not isinstance(lg, logging.Logger):
+                continue
+            level, kept, propagate, disabled = loggers.get(name, (0, [], True, False))
+            for handler in set(lg.handlers) - set(kept):
+                handler.close()  # a run's train.log
+            lg.handlers[:], lg.propagate, lg.disabled = kept, propagate, disabled
+            lg.setLevel(level)
+        logging.disable(logging.NOTSET)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        Singleton.set_state(hydra)
+        torch.use_deterministic_algorithms(deterministic)
+        if gc.get_freeze_count() > frozen:
+            gc.unfreeze()
+        if saved[4]:
+            gc.enable()
+        for name in set(sys.modules) - modules:  # a module of this cwd: the next cwd has its own
+            if str(getattr(sys.modules[name], "__file__", "")).startswith(str(cwd)):
+                del sys.modules[name]
+
+
+def run_inproc(
+    *args: str, cwd: Path, env_extra: dict | None = None, **_: object
+) -> subprocess.CompletedProcess:
+    """``run_cli`` without a process: ``python -m <module> args`` as a call of the module's
+    console entry point in this process (no 5 s of imports), with its exit code, stdout and
+    stderr captured, and the process state it touched restored (``_restored``). Not for
+    signals, launches of other processes, start-up, or environment that a library reads when
+    it is imported; pytest's timeout bounds a hung one (``timeout=`` is accepted and unused)."""
+    assert args[0] == "-m", args
+    module, argv = args[1], list(args[2:])
+    out, err = (io.TextIOWrapper(io.BytesIO(), "utf-8", write_through=True) for _ in "oe")
+    code = 0
+    redirect = contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)
+    with _restored(cwd, env_extra), redirect[0], redirect[1]:
+        sys.argv[:] = [module, *argv]
+        try:
+            entry = _entry(module)
+            if entry is None:
+                import runpy
+
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                entry()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+            if not isinstance(exc.code, int | None):
+                print(exc.code, file=sys.stderr)
+        except Exception:  # what the interpreter prints for an uncaught one, and its exit 1
+            traceback.print_exc()
+            code = 1
+    texts = [s.buffer.getvalue().decode("utf-8", "replace") for s in (out, err)]
+    return subprocess.CompletedProcess([sys.executable, *args], code, *texts)
+
+
+def train_cli(run: Path, data_dir: Path, *overrides: str) -> Path:
+    """A finished run in ``run``: ``python -m experiments.train`` with ``overrides``."""
+    res = run_inproc(
+        "-m", "experiments.train", *overrides, f"paths.data_dir={data_dir}",
+        f"hydra.run.dir={run}", cwd=run.parent,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    return run
+
+
+def write_image_folder(
+    root: Path, n: int = 40, classes=("cat", "dog"), size=(12, 10), mode="RGB", vary=False
+) -> tuple[Path, Path]:
+    """A folder of random images + ``labels.csv`` with string labels. Returns (csv, dir)."""
+    rng = np.random.default_rng(0)
+    image_dir = root / "images"
+    image_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(n):
+        label = classes[i % len(classes)]
+        h, w = size if not vary or i % 3 else (size[0] + 5, size[1] + 3)
+        shape = (h, w, 3) if mode == "RGB" else (h, w)
+        base = 60 + 120 * (i % len(classes))  # class-dependent brightness: something to learn
+        pixels = np.clip(rng.normal(base, 30, shape), 0, 255).astype("uint8")
+        Image.fromarray(pixels, mode=mode).save(image_dir / f"img_{i:03d}.png")
+        rows.append((f"img_{i:03d}.png", label))
+    csv_file = root / "labels.csv"
+    with open(csv_file, "w", newline="") as f:
+        csv.writer(f).writerows([("filename", "label"), *rows])
+    return csv_file, image_dir
 
 
 class VirtualTime:
@@ -303,3 +500,43 @@ class NanAboveLr(Callback):
         if trainer.global_step == self.at_step and lr > self.max_lr:
             with torch.no_grad():
                 next(pl_module.net.parameters()).fill_(float("nan"))
+
+
+class CpuAllocatorFailsAbove(Callback):
+    """For a training batch larger than ``max_batch``, asks the CPU allocator for 1 PiB:
+    more than any address space, so the real ``DefaultCPUAllocator: can't allocate memory``
+    RuntimeError is raised (what a too-large batch on a CPU ends in), not a fake one."""
+
+    def __init__(self, max_batch: int) -> None:
+        self.max_batch = max_batch
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch[0].shape[0] > self.max_batch:
+            torch.empty(2**50, dtype=torch.uint8)
+
+
+class RefuseValue(Callback):
+    """A callback whose ``value`` may not be ``refused``: a one-line user error that only
+    the grid job with that value meets, as it builds its callbacks."""
+
+    def __init__(self, value: int, refused: int) -> None:
+        if value == refused:
+            raise UserError(f"callbacks.refuse.value={value} is not valid: expected not {refused}")
+
+
+class Started(Callback):
+    """Marks that training started (``<folder>/started-<pid>``, holding the pid of this
+    process's parent), then makes each step take ``step_s`` seconds: a job that is still
+    training long after the test has seen it start."""
+
+    def __init__(self, folder: str, step_s: float = 0.5) -> None:
+        self.folder, self.step_s = folder, step_s
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        Path(self.folder).mkdir(parents=True, exist_ok=True)
+        marker = Path(self.folder, f"started-{os.getpid()}")
+        marker.with_suffix(".tmp").write_text(str(os.getppid()))
+        marker.with_suffix(".tmp").rename(marker)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        time.sleep(self.step_s)

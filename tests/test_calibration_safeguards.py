@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from experiments.analysis.calibration import T_RANGE, choose_temperature, fit_temperature, nll
-from tests.conftest import run_cli, train_cli, write_image_folder
+from tests.helpers import run_inproc, train_cli, write_image_folder
 
 
 def _image_run(root, n, classes, *overrides):
@@ -38,7 +38,7 @@ def small_run(tmp_path_factory):
 
 
 def _calibrate(run):
-    res = run_cli("-m", "experiments.calibrate", f"run_dir={run}", cwd=run.parent)
+    res = run_inproc("-m", "experiments.calibrate", f"run_dir={run}", cwd=run.parent)
     assert res.returncode == 0, res.stderr[-2000:]
     return res, json.loads((run / "calibration.json").read_text())
 
@@ -68,7 +68,7 @@ def test_a_small_validation_split_keeps_t_1_and_says_why(small_run):
 def test_predict_says_in_one_line_that_calibration_kept_t_1(saturated_run, tmp_path):
     _calibrate(saturated_run)
     images = saturated_run.parent / "data" / "images"
-    res = run_cli("-m", "experiments.predict", f"run_dir={saturated_run}", f"input={images}",
+    res = run_inproc("-m", "experiments.predict", f"run_dir={saturated_run}", f"input={images}",
                   f"output={tmp_path / 'p.csv'}", cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     lines = [ln for ln in res.stderr.splitlines() if "calibration.json" in ln]
@@ -87,7 +87,7 @@ def test_a_temperature_outside_the_range_is_refused_in_one_line(saturated_run, t
     for args in (["experiments.predict", f"input={images}", f"output={tmp_path / 'p.csv'}"],
                  ["experiments.eval"]):  # fmt: skip
         # trust_modified: the edit is ours (the manifest would refuse the run first)
-        res = run_cli("-m", args[0], f"run_dir={run}", *args[1:], "trust_modified=true",
+        res = run_inproc("-m", args[0], f"run_dir={run}", *args[1:], "trust_modified=true",
                       cwd=tmp_path)  # fmt: skip
         lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
         assert res.returncode == 2, res.stderr[-2000:]

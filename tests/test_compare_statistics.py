@@ -25,7 +25,7 @@ from experiments.analysis.runs import group_config
 from experiments.analysis.stats import summarize
 from experiments.compare import main
 from experiments.tracking.importance import is_replicate
-from tests.conftest import run_cli
+from tests.helpers import run_inproc
 from tests.test_compare import config, header, table_rows, write_run
 
 
@@ -86,7 +86,7 @@ def test_default_metric_is_the_runs_optimized_validation_metric_at_the_selected_
 def test_runs_optimizing_different_metrics_need_metric_in_one_line(tmp_path):
     runs_of(tmp_path / "a", {0.1: [0.5, 0.6]})
     runs_of(tmp_path / "b", {0.2: [0.5, 0.6]}, metric="val/loss", optimized_metric="val/loss")
-    res = run_cli("-m", "experiments.compare", str(tmp_path), "out=cmp", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.compare", str(tmp_path), "out=cmp", cwd=tmp_path)
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr
     assert "the runs optimize different metrics (val/acc: 2 runs, val/loss: 2 runs)" in lines[0]
@@ -226,7 +226,7 @@ def null_sweep(tmp_path_factory, data_dir) -> Path:
     """The same config under two names (remedies.min_batch_size only matters after an out
     of memory error) x seeds 0, 1, 2, by the train CLI as one -m sweep."""
     cwd = tmp_path_factory.mktemp("null_sweep")
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "-m", "remedies.min_batch_size=8,4", "seed=0,1,2",
         "debug=limit", "logger=csv", f"paths.data_dir={data_dir}",
         f"hydra.sweep.dir={cwd / 'sweep'}", cwd=cwd, timeout=600,
@@ -237,7 +237,7 @@ def null_sweep(tmp_path_factory, data_dir) -> Path:
 
 @pytest.mark.slow
 def test_a_null_sweep_names_no_winner(null_sweep, tmp_path):
-    res = run_cli("-m", "experiments.compare", str(null_sweep), "out=cmp", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.compare", str(null_sweep), "out=cmp", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "(best)" not in md and "is the best" not in md
@@ -263,7 +263,7 @@ def test_a_null_sweep_names_no_winner(null_sweep, tmp_path):
 @pytest.mark.slow
 def test_confirm_top_k_reruns_the_top_configs_on_fresh_seeds(null_sweep, tmp_path):
     sweep = Path(null_sweep)
-    res = run_cli("-m", "experiments.compare", str(sweep), f"out={tmp_path / 'cmp'}",
+    res = run_inproc("-m", "experiments.compare", str(sweep), f"out={tmp_path / 'cmp'}",
                   "confirm_top_k=2", "confirm_seeds=2", cwd=tmp_path, timeout=600)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     folder = sweep.parent / "sweep-confirm"
@@ -291,12 +291,12 @@ def test_confirm_refuses_a_hostile_saved_override_before_anything_runs(tmp_path)
     runs_of(tmp_path / "runs", {0.1: [0.8, 0.81], 0.2: [0.7, 0.71]})
     hostile = tmp_path / "runs" / "lr0.1-s0" / ".hydra" / "overrides.yaml"
     hostile.write_text("- +hydra.callbacks.x._target_=os.system\n")
-    res = run_cli("-m", "experiments.compare", str(tmp_path / "runs"), "confirm_top_k=2",
+    res = run_inproc("-m", "experiments.compare", str(tmp_path / "runs"), "confirm_top_k=2",
                   "out=cmp", cwd=tmp_path)  # fmt: skip
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), res.stderr
     assert "overrides.yaml" in lines[0] and "refused before anything runs" in lines[0]
     assert not (tmp_path / "runs-confirm").exists()
-    res = run_cli("-m", "experiments.compare", str(tmp_path / "runs"), "confirm_top_k=5",
+    res = run_inproc("-m", "experiments.compare", str(tmp_path / "runs"), "confirm_top_k=5",
                   "out=cmp", cwd=tmp_path)  # fmt: skip
     assert res.returncode == 2 and "confirm_top_k=5: give a number from 2 to 2" in res.stderr

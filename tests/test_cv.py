@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import run_inproc
 
 
 def test_every_non_test_sample_validates_in_exactly_one_fold(make_cfg):
@@ -42,7 +42,7 @@ def test_every_non_test_sample_validates_in_exactly_one_fold(make_cfg):
 def test_cv_run_writes_folds_and_summary_and_resumes_only_missing_folds(tmp_path, data_dir):
     run = tmp_path / "cv"
     common = [f"paths.data_dir={data_dir}", "logger=none", "trainer.limit_train_batches=5"]
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "cv.folds=3", "trainer.max_epochs=2", *common,
         f"hydra.run.dir={run}", cwd=tmp_path,
     )  # fmt: skip
@@ -63,7 +63,7 @@ def test_cv_run_writes_folds_and_summary_and_resumes_only_missing_folds(tmp_path
     (run / "fold_1" / "metrics.json").unlink()
     shutil.rmtree(run / "fold_2")
     (run / "metrics.json").unlink()
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", f"resume={run}", "trainer.max_epochs=3", cwd=tmp_path
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
@@ -78,7 +78,7 @@ def test_cv_run_writes_folds_and_summary_and_resumes_only_missing_folds(tmp_path
 
 @pytest.mark.slow
 def test_a_sweep_gets_the_fold_mean(tmp_path, data_dir):
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "-m", "cv.folds=2", "debug=limit", "logger=none",
         f"paths.data_dir={data_dir}", "optimizer.lr=0.01,0.1", cwd=tmp_path,
     )  # fmt: skip
@@ -99,7 +99,7 @@ def test_a_sweep_gets_the_fold_mean(tmp_path, data_dir):
     ],
 )
 def test_bad_fold_counts_fail_in_one_line(tmp_path, data_dir, override, message):
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", override, f"paths.data_dir={data_dir}",
         f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path,
     )  # fmt: skip

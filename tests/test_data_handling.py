@@ -12,7 +12,7 @@ import torch
 from experiments.data import ImageDataModule
 from experiments.data.splits import split_indices
 from experiments.data.transforms import RandomShift
-from tests.conftest import run_cli, write_image_folder
+from tests.helpers import run_inproc, write_image_folder
 
 
 def _to_tensor():
@@ -69,7 +69,7 @@ def test_statistics_are_computed_once_and_reused_by_eval_and_predict(tmp_path, m
     run = tmp_path / "run"
     args = ["data=image_csv", f"data.csv_file={csv_file}", f"data.image_dir={image_dir}",
             "trainer.max_epochs=2", "logger=none", f"hydra.run.dir={run}"]  # fmt: skip
-    res = run_cli("-m", "experiments.train", *args, cwd=tmp_path)
+    res = run_inproc("-m", "experiments.train", *args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     saved = json.loads((run / "data_stats.json").read_text())
     # the statistics of the training split the run used

@@ -18,7 +18,7 @@ from experiments.errors import UserError
 from experiments.eval import evaluate, main
 from experiments.runs.layout import RunDir
 from experiments.train import train
-from tests.conftest import run_cli
+from tests.helpers import run_inproc
 
 _RUNS: dict[str, Path] = {}
 
@@ -209,12 +209,12 @@ def test_main_prints_metrics_and_writes_eval_metrics(run_copy, monkeypatch, caps
 )
 def test_cli_mistakes_fail_in_one_line(trained_run, tmp_path, args, named):
     args = [a.format(tmp=tmp_path, run=trained_run) for a in args]
-    res = run_cli("-m", "experiments.eval", *args, cwd=tmp_path)
+    res = run_inproc("-m", "experiments.eval", *args, cwd=tmp_path)
     assert_one_line_error(res, named)
 
 
 def test_cli_help(tmp_path):
-    res = run_cli("-m", "experiments.eval", "--help", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.eval", "--help", cwd=tmp_path)
     assert res.returncode == 0 and "run_dir=" in res.stdout and "ckpt=" in res.stdout
     assert "python -m experiments.eval" in res.stdout
 

@@ -25,7 +25,7 @@ from experiments.data.images import peek_image
 from experiments.errors import UserError
 from experiments.model_card import write_model_card
 from experiments.models.metrics import summarize
-from tests.conftest import run_cli, write_image_folder
+from tests.helpers import run_inproc, write_image_folder
 
 TO_TENSOR = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
 
@@ -421,7 +421,7 @@ CLI_CASES = {
 @pytest.mark.parametrize("case", sorted(CLI_CASES))
 def test_hostile_data_through_the_cli_is_one_line_exit_2(tmp_path, case):
     args, said = CLI_CASES[case](tmp_path / "data")
-    res = run_cli(
+    res = run_inproc(
         *("-m", "experiments.train", "data=image_csv", "logger=none", "trainer.max_epochs=1"),
         *("data.val_fraction=0.25", "data.test_fraction=0.25", *args),
         cwd=tmp_path,

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.errors import UserError
-from tests.conftest import run_cli
-from tests.helpers import Payload
+from tests.helpers import Payload, run_inproc
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -71,7 +70,7 @@ def test_a_crafted_cifar_batch_is_refused_and_never_runs(tmp_path):
 @pytest.mark.slow
 def test_a_crafted_cifar_batch_through_the_cli_is_one_line_and_never_runs(tmp_path):
     write_cifar(tmp_path / "data", payload_at="data_batch_3")
-    res = run_cli(
+    res = run_inproc(
         *("-m", "experiments.train", "data=cifar10", "model=mlp", "logger=none"),
         *(f"paths.data_dir={tmp_path / 'data'}", "data.num_workers=0", "trainer.max_epochs=1"),
         cwd=tmp_path,
@@ -100,7 +99,7 @@ def _csv_run(tmp_path, rows: list[str]):
 
     csv_file, image_dir = write_image_folder(tmp_path / "imgs", n=12)
     csv_file.write_text("filename,label\n" + "\n".join(rows) + "\n")
-    return run_cli(
+    return run_inproc(
         *("-m", "experiments.train", "data=image_csv", "logger=none", "trainer.max_epochs=1"),
         *(f"data.csv_file={csv_file}", f"data.image_dir={image_dir}", "data.num_workers=0"),
         *("data.val_fraction=0.25", "data.test_fraction=0.25"),

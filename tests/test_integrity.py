@@ -11,7 +11,7 @@ import pytest
 
 from experiments.runs.manifest import MANIFEST, check_integrity
 from experiments.saved_run import SavedRun
-from tests.conftest import run_cli, train_cli
+from tests.helpers import run_inproc, train_cli
 
 # the file, and the command then told to trust it, one that does not write that file again
 # (each command refuses every file)
@@ -28,7 +28,7 @@ def shipped(tmp_path_factory, data_dir):
     manifest), and a few images."""
     root = tmp_path_factory.mktemp("integrity")
     run = train_cli(root / "run", data_dir, "trainer.max_epochs=1")
-    res = run_cli("-m", "experiments.export", f"run_dir={run}", "format=onnx", cwd=root)
+    res = run_inproc("-m", "experiments.export", f"run_dir={run}", "format=onnx", cwd=root)
     assert res.returncode == 0, res.stderr[-2000:]
     images = root / "images"
     images.mkdir()
@@ -44,7 +44,7 @@ def _command(name: str, run, images, tmp_path, *extra: str):
                     f"output={tmp_path / 'predictions.csv'}"],
         "export": ["-m", "experiments.export", f"run_dir={run}", "format=onnx"],
     }[name]  # fmt: skip
-    return run_cli(*args, *extra, cwd=tmp_path)
+    return run_inproc(*args, *extra, cwd=tmp_path)
 
 
 def _flip_one_byte(path):
@@ -65,7 +65,7 @@ def test_a_finished_run_lists_its_weights_and_verify_integrity_says_intact(shipp
     assert {"checkpoints/best.safetensors", "checkpoints/last.safetensors"} <= set(listed)
     assert not any(name.endswith(".pt") for name in listed)  # no pickle-format weights
     assert {"metrics.json", "model.onnx", ".hydra/config.yaml"} <= set(listed)
-    res = run_cli("-m", "experiments.verify", str(run), "integrity=true", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.verify", str(run), "integrity=true", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr[-2000:]
     assert res.stdout.startswith(f"intact: {run} (") and "match manifest.json" in res.stdout
 
@@ -76,7 +76,7 @@ def test_one_flipped_byte_is_named_and_refused_unless_trusted(shipped, tmp_path,
     run = tmp_path / "run"
     shutil.copytree(first, run)
     _flip_one_byte(run / name)
-    res = run_cli("-m", "experiments.verify", f"run_dir={run}", "integrity=true", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.verify", f"run_dir={run}", "integrity=true", cwd=tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr[-2000:]
     assert f"{run / name}: modified after the run (sha256 differs)" in res.stdout
     assert "NOT intact" in res.stdout and res.stdout.count("modified after") == 1
@@ -90,7 +90,7 @@ def test_one_flipped_byte_is_named_and_refused_unless_trusted(shipped, tmp_path,
     res = _command(trusting, run, images, tmp_path, "trust_modified=true")
     assert res.returncode == 0, f"{trusting}: {res.stderr[-2000:]}"
     assert "used anyway: trust_modified=true" in res.stderr
-    res = run_cli("-m", "experiments.verify", str(run), "--integrity", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.verify", str(run), "--integrity", cwd=tmp_path)
     assert res.returncode == 1 and f"{run / name}: modified" in res.stdout  # never blessed
 
 
@@ -99,7 +99,7 @@ def test_a_missing_manifest_is_a_note_and_a_bad_option_is_one_line(shipped, tmp_
     run = tmp_path / "run"
     shutil.copytree(first, run)
     (run / MANIFEST).unlink()  # a run written before manifests
-    res = run_cli("-m", "experiments.verify", f"run_dir={run}", "integrity=true", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.verify", f"run_dir={run}", "integrity=true", cwd=tmp_path)
     assert res.returncode == 0 and res.stdout.startswith(f"note: {run}: no manifest.json")
     res = _command("eval", run, images, tmp_path, "trust_modified=maybe")
     assert res.returncode == 2
@@ -127,8 +127,8 @@ def test_compare_into_a_run_records_its_report_in_the_manifest(shipped, tmp_path
     first, _ = shipped
     run = tmp_path / "run"
     shutil.copytree(first, run)
-    res = run_cli("-m", "experiments.compare", str(run), cwd=tmp_path)
+    res = run_inproc("-m", "experiments.compare", str(run), cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     assert (run / "compare.md").is_file()
-    res = run_cli("-m", "experiments.verify", f"run_dir={run}", "integrity=true", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.verify", f"run_dir={run}", "integrity=true", cwd=tmp_path)
     assert res.returncode == 0 and res.stdout.startswith("intact"), res.stdout

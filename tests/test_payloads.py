@@ -28,8 +28,7 @@ import yaml
 
 from experiments.runs.layout import OLD_WEIGHTS_SUFFIX, RunDir
 from experiments.runs.weights import read_state_dict
-from tests.conftest import run_cli, run_process, train_cli
-from tests.helpers import Payload
+from tests.helpers import Payload, run_inproc, run_process, train_cli
 
 # the smallest real run that has every file a finished run has (checkpoints, sidecars,
 # data_counts.json, env.json, reproduce.sh): verify and resume train it again, so it is tiny
@@ -216,16 +215,16 @@ def run_command(command: str, run: Path, tmp_path: Path, data_dir: Path):
         images.mkdir()
         for image in sorted((data_dir / "digits" / "images").glob("*.png"))[:3]:
             shutil.copy(image, images)
-        return run_cli("-m", "experiments.predict", f"run_dir={run}", f"input={images}",
+        return run_inproc("-m", "experiments.predict", f"run_dir={run}", f"input={images}",
                        f"output={tmp_path / 'pred.csv'}", cwd=tmp_path)  # fmt: skip
     if command == "export":
-        return run_cli("-m", "experiments.export", f"run_dir={run}", "format=torchscript",
+        return run_inproc("-m", "experiments.export", f"run_dir={run}", "format=torchscript",
                        cwd=tmp_path)  # fmt: skip
     if command == "compare":
-        return run_cli("-m", "experiments.compare", str(run), f"out={tmp_path / 'cmp'}",
+        return run_inproc("-m", "experiments.compare", str(run), f"out={tmp_path / 'cmp'}",
                        cwd=tmp_path)  # fmt: skip
     if command in ("resume", "reproduce"):
-        res = run_cli("-m", "experiments.train", f"resume={run}", "trainer.max_epochs=2",
+        res = run_inproc("-m", "experiments.train", f"resume={run}", "trainer.max_epochs=2",
                       cwd=tmp_path)  # fmt: skip
         if command == "resume" or res.returncode != 0:
             return res
@@ -233,7 +232,7 @@ def run_command(command: str, run: Path, tmp_path: Path, data_dir: Path):
         # exist stops it after its comment lines, which is where a newline would break out
         return run_process(["bash", str(run / "reproduce.sh"), str(tmp_path / "no-clone")],
                            cwd=tmp_path)  # fmt: skip
-    return run_cli("-m", f"experiments.{command}", f"run_dir={run}", cwd=tmp_path)
+    return run_inproc("-m", f"experiments.{command}", f"run_dir={run}", cwd=tmp_path)
 
 
 @pytest.mark.parametrize("place, command", CELLS)

@@ -14,7 +14,7 @@ from PIL import Image
 from experiments.errors import UserError
 from experiments.predict import main, predict
 from experiments.runs.layout import RunDir
-from tests.conftest import run_cli
+from tests.helpers import run_inproc
 from tests.test_eval import assert_one_line_error, edit_config, train_once
 
 
@@ -134,7 +134,7 @@ def test_cli_mistakes_fail_in_one_line(trained_run, tmp_path, args, named):
     (tmp_path / "empty" / "notes.txt").write_text("not an image")
     (tmp_path / "bad.csv").write_text("file,label\na.png,1\n")
     args = [a.format(tmp=tmp_path, run=trained_run) for a in args]
-    res = run_cli("-m", "experiments.predict", *args, cwd=tmp_path)
+    res = run_inproc("-m", "experiments.predict", *args, cwd=tmp_path)
     assert_one_line_error(res, named)
     assert not (tmp_path / "predictions.csv").exists()
 

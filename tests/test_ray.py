@@ -177,7 +177,7 @@ def test_sigterm_stops_a_ray_sweep_and_records_its_running_jobs(tmp_path, data_d
     ended: list = []
     runner = threading.Thread(target=lambda: ended.append(_sweep(
         tmp_path, data_dir, "optimizer.lr=0.01,0.1", "trainer.max_epochs=50",
-        "+callbacks.slow._target_=tests.sweep_fault_helpers.Started",
+        "+callbacks.slow._target_=tests.helpers.Started",
         f"+callbacks.slow.folder={started}", address=cluster,
     )))  # fmt: skip
     runner.start()

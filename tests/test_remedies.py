@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import run_inproc
 
 OOM = ["+callbacks.oom._target_=tests.helpers.OomAbove", "+callbacks.oom.max_batch=16"]
 NAN = ["+callbacks.nan._target_=tests.helpers.NanAboveLr", "+callbacks.nan.max_lr=0.05"]
@@ -22,7 +22,7 @@ def _rows(sweep) -> dict[str, dict]:
 @pytest.mark.slow
 def test_out_of_memory_halves_the_batch_and_the_sweep_summary_shows_it(tmp_path, data_dir):
     sweep = tmp_path / "sweep"
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "-m", "seed=0", "data.batch_size=64", *OOM, "debug=limit",
         f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}", cwd=tmp_path,
     )  # fmt: skip
@@ -43,7 +43,7 @@ def test_out_of_memory_halves_the_batch_and_the_sweep_summary_shows_it(tmp_path,
 
 
 def test_out_of_memory_below_the_floor_is_one_line(tmp_path, data_dir):
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "data.batch_size=64", "remedies.min_batch_size=32", *OOM,
         "debug=limit", f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'r'}",
         cwd=tmp_path,
@@ -58,7 +58,7 @@ def test_out_of_memory_below_the_floor_is_one_line(tmp_path, data_dir):
 @pytest.mark.slow
 def test_a_diverged_job_is_retried_at_a_lower_lr_or_ends_as_diverged(tmp_path, data_dir):
     sweep = tmp_path / "sweep"
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "-m", "remedies.diverged_retries=0,1", "optimizer.lr=0.1",
         *NAN, "debug=limit", f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}",
         cwd=tmp_path,
@@ -78,9 +78,9 @@ def test_the_cpu_allocators_out_of_memory_halves_the_batch_too(tmp_path, data_di
     # the real CPU allocator error ("DefaultCPUAllocator: can't allocate memory", not "out of
     # memory") for a batch above 16: the run halves its batch twice and trains to the end
     run = tmp_path / "r"
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "data.batch_size=64", "debug=limit", "logger=none",
-        "+callbacks.oom._target_=tests.sweep_fault_helpers.CpuAllocatorFailsAbove",
+        "+callbacks.oom._target_=tests.helpers.CpuAllocatorFailsAbove",
         "+callbacks.oom.max_batch=16", f"paths.data_dir={data_dir}", f"hydra.run.dir={run}",
         cwd=tmp_path,
     )  # fmt: skip

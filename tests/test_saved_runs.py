@@ -15,7 +15,7 @@ import shutil
 import pytest
 import torch
 
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_inproc
 
 FIXTURES = ("run_2026_12_04_mlp", "run_2026_12_04_cnn")
 
@@ -31,7 +31,7 @@ def _copy(name: str, tmp_path):
 def test_an_earlier_run_dir_evaluates_predicts_and_resumes(tmp_path, data_dir, name):
     run = _copy(name, tmp_path)
     data = f"paths.data_dir={data_dir}"
-    res = run_cli("-m", "experiments.eval", f"run_dir={run}", data, cwd=tmp_path)
+    res = run_inproc("-m", "experiments.eval", f"run_dir={run}", data, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     then = json.loads((run / "metrics.json").read_text())["test/acc"]
     assert json.loads((run / "eval_metrics.json").read_text())["test/acc"] == then
@@ -42,7 +42,7 @@ def test_an_earlier_run_dir_evaluates_predicts_and_resumes(tmp_path, data_dir, n
     for image in images:
         shutil.copy(image, folder)
     out = tmp_path / "pred.csv"
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.predict", f"run_dir={run}", f"input={folder}", f"output={out}",
         data, cwd=tmp_path,
     )  # fmt: skip
@@ -50,12 +50,12 @@ def test_an_earlier_run_dir_evaluates_predicts_and_resumes(tmp_path, data_dir, n
     rows = list(csv.DictReader(out.open()))
     assert [r["file"] for r in rows] == [p.name for p in images]
     # written before manifests: a note, and no manifest is made up for files nobody checked
-    res = run_cli("-m", "experiments.verify", str(run), "integrity=true", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.verify", str(run), "integrity=true", cwd=tmp_path)
     assert res.returncode == 0 and "no manifest.json" in res.stdout
     assert not (run / "manifest.json").exists()
 
     before = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"]
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", f"resume={run}", "trainer.max_epochs=3", data,
         cwd=tmp_path,
     )  # fmt: skip
@@ -67,13 +67,13 @@ def test_an_earlier_run_dir_evaluates_predicts_and_resumes(tmp_path, data_dir, n
     names = {p.name for p in (run / "checkpoints").iterdir()}
     assert "last.safetensors" in names and "last.pt" not in names
     assert len(names & {"best.safetensors", "best.pt"}) == 1  # one best, whichever format
-    res = run_cli("-m", "experiments.verify", str(run), "integrity=true", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.verify", str(run), "integrity=true", cwd=tmp_path)
     assert res.returncode == 0 and res.stdout.startswith(f"intact: {run} (")
 
 
 def test_earlier_run_dirs_compare(tmp_path):
     runs = [_copy(name, tmp_path) for name in FIXTURES]
-    res = run_cli("-m", "experiments.compare", *map(str, runs), "out=cmp", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.compare", *map(str, runs), "out=cmp", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     table = (tmp_path / "cmp" / "compare.md").read_text()
     for run in runs:

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from experiments.errors import UserError
 from experiments.runs.sweep import parse_budget, parse_target, stop_reason
-from tests.conftest import run_cli
+from tests.helpers import run_inproc
 
 
 def _rows(sweep) -> dict[str, dict]:
@@ -34,7 +34,7 @@ def _rows(sweep) -> dict[str, dict]:
 )
 def test_a_rule_stops_the_sweep_and_the_summary_says_which(tmp_path, data_dir, rule, stopped, why):
     sweep = tmp_path / "sweep"
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "-m", "seed=0,1,2", rule, "debug=limit",
         f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}", cwd=tmp_path,
     )  # fmt: skip
@@ -79,7 +79,7 @@ def test_a_target_reached_by_a_finished_job_stops_later_ones(tmp_path):
     ],
 )
 def test_a_bad_rule_is_one_line_before_any_job(tmp_path, override, message):
-    res = run_cli("-m", "experiments.train", "-m", "seed=0,1", override, cwd=tmp_path)
+    res = run_inproc("-m", "experiments.train", "-m", "seed=0,1", override, cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and message in res.stderr
     assert not (tmp_path / "outputs").exists() or not list((tmp_path / "outputs").rglob("job.json"))
@@ -94,7 +94,7 @@ def test_parse_target_refuses_what_it_cannot_read():
 @pytest.mark.slow
 def test_the_optuna_sweeper_asks_for_no_trial_after_a_rule_holds(tmp_path, data_dir):
     sweep = tmp_path / "sweep"
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "-m", "hparams_search=optuna", "hydra.sweeper.n_trials=6",
         "sweep.max_jobs=2", "debug=limit", f"paths.data_dir={data_dir}",
         f"hydra.sweep.dir={sweep}", cwd=tmp_path,

@@ -54,7 +54,7 @@ def test_a_killed_joblib_sweep_takes_its_workers_with_it(tmp_path, data_dir):
     command = threading.Thread(target=lambda: ended.append(run_cli(
         "-m", "experiments.train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
         "trainer.max_epochs=50", "logger=none", f"paths.data_dir={data_dir}",
-        "+callbacks.slow._target_=tests.sweep_fault_helpers.Started",
+        "+callbacks.slow._target_=tests.helpers.Started",
         f"+callbacks.slow.folder={started}", f"hydra.sweep.dir={sweep}", cwd=tmp_path,
     )))  # fmt: skip
     command.start()
@@ -82,7 +82,7 @@ def test_a_killed_joblib_sweep_takes_its_workers_with_it(tmp_path, data_dir):
 
 GRID = [
     "-m", "experiments.train", "-m", "debug=fast", "logger=none",
-    "+callbacks.refuse._target_=tests.sweep_fault_helpers.RefuseValue",
+    "+callbacks.refuse._target_=tests.helpers.RefuseValue",
     "+callbacks.refuse.value=1,2,3", "+callbacks.refuse.refused=2",
 ]  # fmt: skip
 
