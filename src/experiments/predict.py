@@ -18,6 +18,7 @@ from experiments.config.saved import check_output, parse_args
 from experiments.console import run_main
 from experiments.errors import UserError
 from experiments.model_card import applied_temperature
+from experiments.runs.layout import PREDICTIONS, sidecar_of
 from experiments.saved_run import SavedRun
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 COLUMNS = ("file", "predicted", "probability")
 
-USAGE = """\
+USAGE = f"""\
 usage: python -m experiments.predict run_dir=<run folder> input=<image folder | file.csv>
            [ckpt=best|last|<file.pt>] [output=<file.csv>] [image_dir=<folder>]
            [device=auto|cpu|cuda] [key=value ...]
@@ -34,7 +35,7 @@ Classifies every image in a folder (png jpg jpeg bmp gif webp tif, sorted by nam
 every row of a CSV with a `filename` column (relative to the CSV's folder, or to
 image_dir), with the run's eval transform and checkpoint (default best). Writes
 file,predicted,probability (softmax of the predicted class; temperature-scaled once
-experiments.calibrate ran) to <run>/predictions.csv
+experiments.calibrate ran) to <run>/{PREDICTIONS}
 or output. Other key=value arguments override keys of the run's config, e.g.
 data.batch_size=256.
 The run is rebuilt from a closed set of classes (ours, torchvision's transforms and model
@@ -53,10 +54,10 @@ def predict(
 ) -> Path:
     """Predict the class of every input image and write a CSV of ``file,predicted,probability``.
 
-    Images are decoded as in training: converted to the mode and resized to the size of
-    the checkpoint's sidecar ``in_shape`` (``[C, H, W]``; C=1 -> ``L``, 3 -> ``RGB``),
-    then passed through the run's ``data.eval_transform``. The probabilities are
-    temperature-scaled when ``experiments.calibrate`` fitted a temperature for the run.
+    Images are read as the run's eval data reads them (``SavedRun.image_reader``: the
+    dataset's decoder, the mode and size of the checkpoint's sidecar ``in_shape``, the
+    run's ``data.eval_transform``, its statistics). The probabilities are temperature-scaled
+    when ``experiments.calibrate`` fitted a temperature for the run.
 
     Args:
         run_dir: a folder made by ``python -m experiments.train``.
@@ -78,9 +79,7 @@ def predict(
         raise UserError(f"device={device!r} is not valid; use auto, cpu or cuda")
     run = SavedRun(run_dir, ckpt, overrides)  # checks everything it will build, builds nothing
     names, paths = _list_inputs(Path(input), Path(image_dir) if image_dir else None)
-    output = check_output(Path(output) if output else run_dir / "predictions.csv", run_dir)
-    batch_size = int(run.data_cfg.get("batch_size") or 64)
-    pre_size = run.data_cfg.get("image_size")
+    output = check_output(Path(output) if output else run.layout.predictions, run_dir)
     in_shape, class_names = _shape_and_classes(run)
     temperature, note = applied_temperature(run.layout, run.ckpt)  # experiments.calibrate
     if note is not None:  # one line: applied (T, file, checkpoint), kept at 1, or not for this one
@@ -95,33 +94,18 @@ def predict(
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    transform = run.transform("eval_transform") or _to_tensor()
+    read = run.image_reader(in_shape)
     net = run.net_for(in_shape, len(class_names)).to(device)
-    from experiments.data.stats import normalize, resolve_stats
-
-    # the statistics the run trained with (data_stats.json for `auto`), never recomputed
-    mean, std = run.data_cfg.get("mean"), run.data_cfg.get("std")
-    stats_file = run.data_cfg.get("stats_file") if mean == "auto" else None
-    stats = resolve_stats(mean, std, stats_file, train_split=None)
-
-    mode = {1: "L", 3: "RGB"}[in_shape[0]]
-    # the size images had before the transform: data.image_size when the run set one,
-    # else the transformed size (true unless the eval transform itself resizes or crops)
-    size = tuple(pre_size) if pre_size else tuple(in_shape[1:])
+    run.input_stats  # noqa: B018  (a missing statistics file: one line before any image is read)
     rows = []
     resume_gc()
     with torch.inference_mode():
-        for start in range(0, len(paths), batch_size):
-            chunk = paths[start : start + batch_size]
-            x = torch.stack([_load(p, mode, size, transform, in_shape) for p in chunk])
-            if stats is not None:
-                x = normalize(x, *stats)  # (B, C, H, W), as the DataModule does per batch
+        for start in range(0, len(paths), run.batch_size):
+            chunk = slice(start, start + run.batch_size)
+            x = run.normalize(torch.stack([read(p) for p in paths[chunk]]))  # (B, C, H, W)
             logits = net(x.to(device)).float() / temperature  # (B, num_classes)
-            probs = torch.softmax(logits, dim=1)
-            top_p, top_i = probs.max(dim=1)
-            for name, p, i in zip(
-                names[start : start + batch_size], top_p.tolist(), top_i.tolist(), strict=True
-            ):
+            top_p, top_i = torch.softmax(logits, dim=1).max(dim=1)
+            for name, p, i in zip(names[chunk], top_p.tolist(), top_i.tolist(), strict=True):
                 rows.append((name, class_names[i], f"{p:.6f}"))
 
     text = io.StringIO()
@@ -182,34 +166,10 @@ def _shape_and_classes(run: SavedRun) -> tuple[list[int], list[str]]:
         in_shape, class_names = list(run.datamodule.input_shape), list(run.datamodule.class_names)
     if len(in_shape) != 3 or in_shape[0] not in (1, 3):
         raise UserError(
-            f"{run.ckpt.with_suffix('.json')}: in_shape={in_shape}; predict reads images, "
+            f"{sidecar_of(run.ckpt)}: in_shape={in_shape}; predict reads images, "
             f"so it needs [C, H, W] with C = 1 (grayscale) or 3 (RGB)"
         )
     return [int(v) for v in in_shape], class_names
-
-
-def _to_tensor():
-    import torch
-    from torchvision.transforms import v2
-
-    return v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
-
-
-def _load(path: Path, mode: str, size: tuple[int, int], transform, in_shape: list[int]):
-    from PIL import Image
-
-    from experiments.data.images import decode
-
-    image = decode(path, mode)  # the dataset's own reader: bomb limit, 16-bit scaled, one line
-    if image.size != size[::-1]:  # PIL sizes are (W, H)
-        image = image.resize(size[::-1], Image.BILINEAR)  # as CsvImageDataset resizes
-    x = transform(image)
-    if tuple(x.shape) != tuple(in_shape):
-        raise UserError(
-            f"image {path} becomes {tuple(x.shape)} after the eval transform, the net expects "
-            f"{tuple(in_shape)}; set (+)data.image_size=[H,W] to the size images had in training"
-        )
-    return x
 
 
 def _main(argv: list[str]) -> None:

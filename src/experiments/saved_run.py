@@ -6,7 +6,7 @@ and export start from."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from experiments.config.saved import (
 )
 from experiments.errors import UserError
 from experiments.runs import manifest
-from experiments.runs.layout import RunDir
+from experiments.runs.layout import RunDir, sidecar_of
 
 if TYPE_CHECKING:
     import torch
@@ -71,7 +71,7 @@ class SavedRun:
         trusted, overrides = split_trust(overrides)
         _check_override_keys(overrides)
         own = {"best": self.layout.best_weights, "last": self.layout.last_weights}.get(ckpt)
-        used = [self.layout.saved_config, *([own, own.with_suffix(".json")] if own else [])]
+        used = [self.layout.saved_config, *([own, sidecar_of(own)] if own else [])]
         # before anything of the run is read: a tampered file is one line, exit 1
         self.integrity = manifest.require_intact(self.path, used, trust_modified or trusted)
         self.cfg = load_run_config(self.path, overrides)
@@ -111,7 +111,7 @@ class SavedRun:
             raise UserError(
                 f"data.stats_file={stats} is outside the run folder {self.path}: eval and "
                 f"predict read the run's own statistics and write nowhere else; leave it as "
-                f"the run saved it (data.stats_file={self.path}/data_stats.json)"
+                f"the run saved it (data.stats_file={self.layout.data_stats})"
             )
         self.stats()  # a corrupt statistics file is one line now, not in a data loader
         root = Path(str(data.get("root", "data")))
@@ -160,6 +160,76 @@ class SavedRun:
         """``data.<key>`` (e.g. ``eval_transform``) built from the vocabulary, or None."""
         node = self.data_cfg.get(key)
         return None if node is None else allowlist.build(node, "transform", f"data.{key}")
+
+    @property
+    def batch_size(self) -> int:
+        """``data.batch_size`` as the run saved it (or as overridden)."""
+        return int(self.data_cfg.get("batch_size") or 64)
+
+    def image_reader(self, in_shape: Sequence[int]) -> Callable[[Path], torch.Tensor]:
+        """A function from one image file to the net's input ``(C, H, W)`` as the run's eval
+        data makes it, before normalization (``normalize``): decoded by the dataset's reader
+        (``data.images.decode``: the decompression-bomb limit, 16-bit and float images scaled
+        to 8 bits, any decoder error one line naming the file) in the mode of ``in_shape``'s
+        channels (1: ``L``, 3: ``RGB``), resized as ``CsvImageDataset`` resizes to the size
+        images had in training (``data.image_size``, else ``in_shape``'s: true unless the
+        eval transform itself resizes or crops), through ``data.eval_transform`` (to a float
+        tensor in [0, 1] without one).
+
+        Raises:
+            UserError: (when called) an unreadable image, or one the transform does not make
+                ``in_shape``.
+        """
+        from PIL import Image
+
+        from experiments.data.images import decode
+
+        in_shape = tuple(int(v) for v in in_shape)
+        mode = {1: "L", 3: "RGB"}[in_shape[0]]
+        pre_size = self.data_cfg.get("image_size")
+        width_height = tuple(pre_size or in_shape[1:])[::-1]  # PIL sizes are (W, H)
+        transform = self.transform("eval_transform") or _to_tensor()
+
+        def read(path: Path) -> torch.Tensor:
+            image = decode(path, mode)
+            if image.size != width_height:
+                image = image.resize(width_height, Image.BILINEAR)
+            x = transform(image)
+            if tuple(x.shape) != in_shape:
+                raise UserError(
+                    f"image {path} becomes {tuple(x.shape)} after the eval transform, the net "
+                    f"expects {in_shape}; set (+)data.image_size=[H,W] to the size images had "
+                    f"in training"
+                )
+            return x
+
+        return read
+
+    @cached_property
+    def input_stats(self) -> tuple[list[float], list[float]] | None:
+        """``(mean, std)`` that ``normalize`` applies, or None.
+
+        Raises:
+            UserError: ``data.mean=auto`` and the run's statistics file is not there.
+        """
+        from experiments.data.stats import resolve_stats
+
+        # the statistics the run trained with (data_stats.json for `auto`), never recomputed
+        mean, std = self.data_cfg.get("mean"), self.data_cfg.get("std")
+        stats_file = self.data_cfg.get("stats_file") if mean == "auto" else None
+        return resolve_stats(mean, std, stats_file, train_split=None)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch ``(B, C, H, W)`` from ``image_reader`` normalized as the data module
+        normalizes its batches, with the statistics the run trained with.
+
+        Raises:
+            UserError: ``data.mean=auto`` and the run's statistics file is not there.
+        """
+        from experiments.data.stats import normalize
+
+        stats = self.input_stats
+        return x if stats is None else normalize(x, *stats)
 
     @cached_property
     def datamodule(self):
@@ -272,6 +342,13 @@ class SavedRun:
         """``(mean, std)`` the data module normalizes batches with, or None."""
         stats = getattr(self.datamodule, "stats", None)
         return (list(stats[0]), list(stats[1])) if stats is not None else None
+
+
+def _to_tensor():
+    import torch
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
 
 
 def _finite(value: Any) -> bool:
