@@ -25,16 +25,11 @@ from experiments.runs.layout import RunDir
 log = logging.getLogger(__name__)
 
 
-def fold_dirs(run_dir: Path) -> list[Path]:
-    """The ``fold_<k>`` folders of a cross-validation run, in fold order."""
-    return sorted(Path(run_dir).glob("fold_*"), key=lambda p: int(p.name.split("_")[1]))
-
-
 def cross_validate(cfg: DictConfig, train_one: Callable[[DictConfig], dict]) -> dict:
     """Train every unfinished fold with ``train_one``; write and return the fold means."""
     folds = int(cfg.cv.folds)
     run_dir = Path(cfg.paths.output_dir)
-    started = [d for d in fold_dirs(run_dir) if any(d.iterdir())]
+    started = [f for f in RunDir(run_dir).folds() if f.path.is_dir() and any(f.path.iterdir())]
     if started and not cfg.get("resume"):
         raise UserError(
             f"{run_dir} already holds folds of a cross-validation run; continue it with "
@@ -42,7 +37,7 @@ def cross_validate(cfg: DictConfig, train_one: Callable[[DictConfig], dict]) -> 
         )
     per_fold = []
     for k in range(folds):
-        fold = RunDir(run_dir / f"fold_{k}")
+        fold = RunDir(run_dir).fold(k)
         if fold.finished:
             log.info("cv fold %d/%d finished before: kept (%s)", k + 1, folds, fold.metrics)
         else:

@@ -45,6 +45,7 @@ HYDRA = ".hydra"
 SAVED_CONFIG = "config.yaml"
 SAVED_OVERRIDES = "overrides.yaml"
 CV_REPORT = "cv.md"
+FOLD_PREFIX = "fold_"  # fold_<k>/: cv.folds=K trains one run per fold inside the run folder
 CSV_LOG = ("csv", "metrics.csv")  # the CSV logger's rows (tracking's csv logger writes it)
 # the files of a sweep folder (SweepDir below)
 SWEEP_MANIFEST = "sweep.json"
@@ -306,13 +307,25 @@ class RunDir:
 
         return sorted(self.path.glob("hpc_ckpt_*.ckpt"), key=number, reverse=True)
 
+    def fold(self, k: int) -> RunDir:
+        """The run of cross-validation fold ``k`` (``fold_<k>/``)."""
+        return RunDir(self.path / f"{FOLD_PREFIX}{int(k)}")
+
+    def folds(self) -> list[RunDir]:
+        """The ``fold_<k>`` runs there are, in fold order."""
+        found = [
+            (int(d.name[len(FOLD_PREFIX) :]), d)
+            for d in self.path.glob(f"{FOLD_PREFIX}*")
+            if d.name[len(FOLD_PREFIX) :].isdigit()
+        ]
+        return [RunDir(d) for _, d in sorted(found)]
+
     def resumable(self) -> bool:
         """Something to continue: a full checkpoint, or (cross-validation, ``cv.folds``)
         a ``fold_<k>`` run with a checkpoint or finished."""
         if self.has_checkpoint():
             return True
-        folds = (RunDir(d) for d in self.path.glob("fold_*"))
-        return any(f.has_checkpoint() or f.finished for f in folds)
+        return any(f.has_checkpoint() or f.finished for f in self.folds())
 
     def has_checkpoint(self) -> bool:
         """A full checkpoint to continue from exists (``last.ckpt``, its ``.prev``, or hpc)."""

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from experiments.errors import UserError
 from experiments.runs.files import read_json_object, write_json
-from experiments.runs.layout import JOB_FILE, MANIFEST
+from experiments.runs.layout import FOLD_PREFIX, JOB_FILE, MANIFEST
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,8 @@ def artifacts(folder: Path) -> Iterable[Path]:
     for root, dirs, files in os.walk(folder, followlinks=False):
         here = Path(root)
         own = [d for d in dirs if (here / d / MANIFEST).exists()]
-        dirs[:] = sorted(
-            d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("fold_") and d not in own
-        )
+        skip = (*SKIPPED_DIRS, *own)
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith(FOLD_PREFIX))
         listed = [here / n for n in files if _listed(here / n)]
         if here == folder:
             listed = [p for p in listed if p.name != JOB_FILE]
