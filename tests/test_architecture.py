@@ -19,9 +19,7 @@ SRC = REPO / "src" / "experiments"
 TORCH_FREE = (
     "experiments.config.precheck",
     "experiments.config.schema",
-    "experiments.config.signatures",
-    "experiments.config.options",
-    "experiments.config.typecheck",
+    "experiments.config.hints",
     "experiments.config.sweeper",
     "experiments.secrets",
     "experiments.config.allowlist",

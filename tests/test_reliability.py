@@ -362,7 +362,7 @@ MALFORMED = [
     ("+trainer.token=abc", "environment"),
     ("+db.password=hunter2", "environment"),
     ("resume=/no/such/run", "/no/such/run"),
-    # constructor keys are bound to signatures before anything is built
+    # constructor keys are bound to the imported signatures before anything is built
     ("+trainer.nosuch=1", "trainer.nosuch"),
     ("+trainer.max_epoch=3", "did you mean trainer.max_epochs"),
     ("+model.net.hidden=[3]", "did you mean model.net.hidden_sizes"),
@@ -396,15 +396,18 @@ def test_malformed_override_on_the_command_line_is_one_line_exit_2(tmp_path, ove
     assert not (tmp_path / "outputs").exists()  # nothing ran, no run dir
 
 
-def test_config_errors_answer_before_torch_is_imported(tmp_path):
+def test_unknown_keys_and_top_level_values_answer_before_torch_is_imported(tmp_path):
+    # a wrong type of a constructor argument is bound to the imported signature; an unknown
+    # key (Hydra's struct mode) and the top-level sections need no import
     code = (
         "import sys\nfrom experiments.config.precheck import precheck\nfrom experiments.config "
-        "import CONF_DIR\ntry:\n    precheck(['optimizer.lr=abc'], str(CONF_DIR))\nexcept "
-        "Exception as e:\n    print(type(e).__name__)\nprint('torch' in sys.modules, "
+        "import CONF_DIR\nfor arg in ('trainer.max_epoch=3', 'seed=abc'):\n    try:\n"
+        "        precheck([arg], str(CONF_DIR))\n    except Exception as e:\n"
+        "        print(type(e).__name__)\nprint('torch' in sys.modules, "
         "'lightning' in sys.modules)"
     )
     out = run_process([sys.executable, "-c", code], cwd=tmp_path).stdout.split()
-    assert out == ["UserError", "False", "False"]
+    assert out == ["UserError", "UserError", "False", "False"]
 
 
 @pytest.mark.slow

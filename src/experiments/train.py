@@ -56,7 +56,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from experiments.utils import process_rank, route_lightning_logs
 
     route_lightning_logs()
-    schema.check(cfg)  # every key fits its constructor's signature, before anything is built
+    # every key bound to its constructor's signature before anything is built (once: the
+    # config the command line bound before Hydra made the run dir passes at once)
+    schema.check(cfg)
     start = time.perf_counter()
     run_dir = Path(cfg.paths.output_dir)
     # the process that trains holds the run dir; ranks Lightning re-launched share it

@@ -1,9 +1,9 @@
 """Everything decided before a model is built: where the configs live, the command-line
-check that runs before Hydra, value checks, the one rule for secrets, and ``_target_``
-checks (existence, constructor keys, what a saved run may build).
+check that runs before Hydra, the one rule for secrets, and the schema: every ``_target_``'s
+keys bound to its constructor's signature (``schema``), and what a saved run may build.
 
-Nothing in this package imports torch or Lightning (a test asserts it), so a mistake in
-the command line answers in well under a second.
+Importing this package imports no torch or Lightning (a test asserts it): the cheap checks
+of a command line answer in well under a second; ``schema.check`` imports the targets.
 """
 
 from pathlib import Path

@@ -1,8 +1,12 @@
-"""The command line checked before Hydra runs and before torch/lightning are imported: bad
-overrides, unknown keys or options, wrong types, missing values, secrets, unknown
-``_target_``s and keys their constructors do not take fail in about a second with one
-line; ``resume=`` (and a SLURM requeue) is turned into the original run's overrides plus
-its run dir (``experiments.runs.resume``)."""
+"""The command line checked before Hydra runs, in one line each.
+
+First what is cheap and exact, before torch/lightning are imported (well under a second):
+bad overrides, unknown groups, options and keys (with a did-you-mean), secrets, missing
+values, launcher and sweep settings; ``resume=`` (and a SLURM requeue) is turned into the
+original run's overrides plus its run dir (``experiments.runs.resume``). Then, for a run
+or a sweep that will start jobs, ``config.schema`` imports every ``_target_`` and binds its
+keys to the real signature: a wrong type or an out-of-range value takes the import time,
+and still answers before Hydra makes a run dir or any job starts."""
 
 from __future__ import annotations
 
@@ -133,7 +137,6 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         full = compose_or_fail(composer, overrides)
         cfg = task_view(full)
     check_option_keys(composer, full, overrides, conf_dir)
-    schema.check(cfg)
     _check_data_dir(cfg)
     check_task_layout()
     hydra_keys = ("hydra/launcher=", "hydra.launcher.", "hparams_search=", "hydra.sweeper.")
@@ -142,9 +145,12 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         check_slurm_launcher(full)
         check_sweeper(full)
     sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
+    runs = set(flags) <= MULTIRUN  # no --cfg, --info, ...: jobs will run
     if multirun or is_multirun(full):
         _check_sweep_params(full)
-        if set(flags) <= MULTIRUN and process_rank() == 0:  # a sweep that will run jobs
+        if runs:  # the first job's config, bound before any job starts (each job binds its own)
+            schema.check(cfg)
+        if runs and process_rank() == 0:  # a sweep that will run jobs
             check_ray_launcher(full)  # connects once: the launcher uses the connection
             argv = claim_sweep_dir(composer, full, argv, parsed)
         return Checked(argv)
@@ -154,8 +160,9 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
             f"{sweeps[0]}: a sweep runs with -m (one job per value); for one run with a list "
             f"write {key}=[...], with a string containing commas quote it"
         )
-    if flags:  # --cfg, --info, ...: Hydra's own
+    if flags:  # --cfg, --info, ...: Hydra's own; nothing is built
         return Checked(argv)
+    schema.check(cfg)  # imports the targets: the cheap checks above answered without torch
     if process_rank() == 0:  # (the run_stamp resolver caches: Hydra runs in this same dir)
         check_writable(str(full.hydra.run.dir), "hydra.run.dir")
     return Checked(argv, full, composer)  # Hydra would compose this same config to run it
@@ -244,9 +251,14 @@ def compose_or_fail(composer: Composer, overrides: list[str]) -> DictConfig:
         unknown = re.search(r"Could not override '([^']+)'", str(err))
         if unknown:
             key = unknown.group(1)
-            message = _unknown_key(composer, overrides, key) or (
-                message + _did_you_mean(composer, overrides, key)
-            )
+            rest = [o for o in overrides if not o.lstrip("+~").startswith(f"{key}=")]
+            try:  # composed once without the offending override, for both hints
+                others = composer.compose(rest)
+                message = _unknown_key(composer, others, key) or (
+                    message + _did_you_mean(others, key)
+                )
+            except Exception:  # another mistake: the first one is reported alone
+                pass
         raise UserError(message) from None
     except Exception as err:  # omegaconf errors during composition
         raise UserError(one_line(err)) from None
@@ -271,14 +283,11 @@ def check_option_keys(
             raise UserError(_belongs(key, *found))
 
 
-def _unknown_key(composer: Composer, overrides: list[str], key: str) -> str | None:
+def _unknown_key(composer: Composer, others: DictConfig, key: str) -> str | None:
     """The message for ``data.csv_file=...`` while ``data=digits`` is chosen: the option
-    that has the key, not ``+data.csv_file=`` (which would add a key the option ignores)."""
-    rest = [o for o in overrides if not o.lstrip("+~").startswith(f"{key}=")]
-    try:
-        found = _owners(composer, composer.compose(rest), _conf_dir(composer), key)
-    except Exception:  # another mistake: the first one is reported alone
-        return None
+    that has the key, not ``+data.csv_file=`` (which would add a key the option ignores).
+    ``others``: the config composed without that override."""
+    found = _owners(composer, others, _conf_dir(composer), key)
     if found is None:
         return None
     group, chosen, ignored, owners = found
@@ -370,17 +379,13 @@ def _option_node(composer: Composer, group: str, option: str) -> dict | None:
     return nodes[group, option]
 
 
-def _did_you_mean(composer: Composer, overrides: list[str], key: str) -> str:
+def _did_you_mean(others: DictConfig, key: str) -> str:
     """``; did you mean trainer.max_epochs?`` for an unknown ``trainer.max_epoch``: the
-    closest key of the same section, composed without the offending override."""
+    closest key of the same section of ``others`` (composed without the offending override)."""
     import difflib
 
     parent, _, name = key.rpartition(".")
-    rest = [o for o in overrides if not o.lstrip("+~").startswith(f"{key}=")]
-    try:
-        node = OmegaConf.select(composer.compose(rest), parent) if parent else None
-    except Exception:  # another mistake: the first one is reported alone
-        return ""
+    node = OmegaConf.select(others, parent) if parent else None
     keys = [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []
     close = difflib.get_close_matches(name, keys, n=1)
     return f"; did you mean {parent}.{close[0]}?" if close else ""

@@ -1,153 +1,203 @@
 """The composed config checked once, before anything is built: constructor signatures are
 the schema.
 
-Every ``_target_``'s arguments come from its constructor's signature (read from source by
-``experiments.config.signatures``, so torch is not imported yet): an unknown key gets a
-did-you-mean, and a value its type hint does not admit -- ``int``, ``float``, ``bool``,
-``str``, ``Literal[...]`` choices, ``Annotated[..., Ge(1)]`` bounds -- gets one line naming
-the key, the value and what would be valid. Adding an argument to a constructor is the
-whole change: the config, the command line and this check follow.
+Every ``_target_`` is imported and its keys are bound to its real ``inspect.signature``
+and ``typing.get_type_hints``: an unknown key gets a did-you-mean, and a value its hint does
+not admit -- ``int``, ``float``, ``bool``, ``str``, ``Literal[...]`` choices,
+``Annotated[..., Ge(1)]`` bounds (``config.hints``) -- gets one line naming the key, the
+value and what would be valid. Adding an argument to a constructor is the whole change:
+the config, the command line and this check follow.
 
 Only two things are written here by hand: ``REFINED``, bounds and choices of third-party
 constructors whose signatures cannot say them (torch's ``lr: float``), and the rules that
-join several keys (``_cross_key_rules``).
+join several keys (``_cross_key_rules``). The top-level sections no constructor takes are
+described by the dataclasses below, and checked the same way.
+
+Importing this module imports no torch; checking a config imports its targets.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
-from typing import Any
+import hashlib
+import importlib
+import inspect
+import json
+import types
+import typing
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from experiments.config import source_cache
-from experiments.config.lookup import target_problem
-from experiments.config.signatures import Signature, signature
-from experiments.config.typecheck import show, type_of
-from experiments.errors import UserError
+from experiments.config.hints import Built, Ge, Gt, Le, Length, Lt, Why, show, type_of
+from experiments.errors import UserError, one_line
 from experiments.runs.sweep import parse_budget, parse_target
 
 # keys Hydra's instantiate reads itself, and our switch for callbacks (see build.callbacks)
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_", "enabled"})
 
-# top-level sections no constructor takes, described by dataclasses in config.options
-SECTIONS = {
-    "": "experiments.config.options.RunOptions",
-    "sweep": "experiments.config.options.SweepOptions",
-    "cv": "experiments.config.options.CrossValidation",
-    "remedies": "experiments.config.options.Remedies",
-}
 
-# Bounds of third-party arguments whose hints cannot say them, chosen where a value out of
-# range would fail late with a traceback or, worse, run and mislead: 0 epochs or batches
-# "train" nothing and report the untrained net's scores.
+# -- the top-level sections no constructor takes -----------------------------------------
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Keys at the top of the config (others, such as ``paths``, are not checked here)."""
+
+    task_name: str | int = "train"
+    # numpy's range (2**32 - 1): Lightning's seed_everything fails on one outside it
+    seed: Annotated[int, Ge(0), Le(4294967295)] | None = 42
+    optimized_metric: str | None = "val/acc"
+    optimized_mode: Literal["max", "min"] = "max"
+    tags: list[str] = field(default_factory=list)
+    resume: str | None = None
+    test: bool = True
+    profile: bool = False
+    print_config: bool = False
+    compile: bool = False
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """``sweep.*``: what ``-m`` does with a sweep dir that ran this sweep before."""
+
+    retry_failed: bool = True
+    force: bool = False
+    max_jobs: Annotated[int, Ge(1)] | None = None
+    target: str | None = None  # e.g. "val/acc>=0.99" (runs.sweep.parse_target)
+    time_budget: str | float | None = None  # seconds or HH:MM:SS (runs.sweep.parse_budget)
+
+
+@dataclass(frozen=True)
+class Remedies:
+    """``remedies.*``: how a run heals itself (``experiments.remedies``)."""
+
+    oom: bool = True
+    min_batch_size: Annotated[int, Ge(1)] = 8
+    diverged_retries: Annotated[int, Ge(0)] = 0
+    lr_scale: Annotated[float, Gt(0), Lt(1)] = 0.1
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """``cv.*``: k-fold cross-validation (one fold would validate on nothing unseen)."""
+
+    folds: Annotated[int, Ge(2)] | None = None
+
+
+SECTIONS = {"": RunOptions, "sweep": SweepOptions, "cv": CrossValidation, "remedies": Remedies}
+
+# -- bounds of third-party arguments -----------------------------------------------------
+
+# Chosen where a value out of range would fail late with a traceback or, worse, run and
+# mislead: 0 epochs or batches "train" nothing and report the untrained net's scores.
 # an int is a count of batches, a float a fraction of the split
-_LIMIT_BATCHES = "Annotated[int, Ge(1)] | Annotated[float, Gt(0), Le(1)] | None"
-_UNIT = "Annotated[float, Ge(0), Lt(1)]"
+_FRACTION = Annotated[float, Gt(0), Le(1)]
+_LIMIT_BATCHES = Annotated[int, Ge(1)] | _FRACTION | None
+_NO_EPOCHS = Why(
+    "0 epochs would test untrained weights; -1 is no limit (with trainer.max_steps or "
+    "trainer.max_time)"
+)
+_NO_STEPS = Why("0 steps would test untrained weights; -1 is no limit")
+_NO_BATCHES = Why("0 batches would train nothing")
+_PERIOD = Why("the cosine period in epochs; with trainer.max_epochs=-1 set scheduler.T_max=<N>")
+_UNIT = Annotated[float, Ge(0), Lt(1)]
 _OPTIMIZER = {
     # lr=0 stays valid: it is asked for on purpose (weights frozen while the loop runs; the
     # suite's checks of epoch metrics and early stopping use it), never reached by mistake
-    "lr": "Annotated[float, Ge(0)]",
-    "weight_decay": "Annotated[float, Ge(0)]",
-    "eps": "Annotated[float, Gt(0)]",
+    "lr": Annotated[float, Ge(0)],
+    "weight_decay": Annotated[float, Ge(0)],
+    "eps": Annotated[float, Gt(0)],
 }
-REFINED = {
+_BETAS = Annotated[Sequence[_UNIT], Length(2)]
+REFINED: dict[str, dict[str, Any]] = {
     "lightning.pytorch.Trainer": {
-        "accelerator": "Literal['auto', 'cpu', 'gpu', 'cuda', 'mps', 'tpu'] | Accelerator",
-        "max_epochs": (
-            "Annotated[int, Ge(1), Why('0 epochs would test untrained weights; -1 is no "
-            "limit (with trainer.max_steps or trainer.max_time)')] | Literal[-1] | None"
-        ),
-        "min_epochs": "Annotated[int, Ge(0)] | None",
-        "max_steps": (
-            "Annotated[int, Ge(1), Why('0 steps would test untrained weights; -1 is no "
-            "limit')] | Literal[-1]"
-        ),
-        "min_steps": "Annotated[int, Ge(0)] | None",
-        "limit_train_batches": (
-            "Annotated[int, Ge(1), Why('0 batches would train nothing')] "
-            "| Annotated[float, Gt(0), Le(1)] | None"
-        ),
+        "accelerator": Literal["auto", "cpu", "gpu", "cuda", "mps", "tpu"] | Built,
+        "max_epochs": Annotated[int, Ge(1), _NO_EPOCHS] | Literal[-1] | None,
+        "min_epochs": Annotated[int, Ge(0)] | None,
+        "max_steps": Annotated[int, Ge(1), _NO_STEPS] | Literal[-1],
+        "min_steps": Annotated[int, Ge(0)] | None,
+        "limit_train_batches": Annotated[int, Ge(1), _NO_BATCHES] | _FRACTION | None,
         "limit_val_batches": _LIMIT_BATCHES,
         "limit_test_batches": _LIMIT_BATCHES,
         "limit_predict_batches": _LIMIT_BATCHES,
         "val_check_interval": _LIMIT_BATCHES,
-        "overfit_batches": "Annotated[int, Ge(0)] | Annotated[float, Ge(0), Le(1)]",
-        "num_sanity_val_steps": "Annotated[int, Ge(-1)] | None",
-        "check_val_every_n_epoch": "Annotated[int, Ge(1)] | None",
-        "num_nodes": "Annotated[int, Ge(1)]",
-        "gradient_clip_val": "Annotated[float, Ge(0)] | None",
-        "log_every_n_steps": "Annotated[int, Ge(1)] | None",
-        "accumulate_grad_batches": "Annotated[int, Ge(1)]",
+        "overfit_batches": Annotated[int, Ge(0)] | Annotated[float, Ge(0), Le(1)],
+        "num_sanity_val_steps": Annotated[int, Ge(-1)] | None,
+        "check_val_every_n_epoch": Annotated[int, Ge(1)] | None,
+        "num_nodes": Annotated[int, Ge(1)],
+        "gradient_clip_val": Annotated[float, Ge(0)] | None,
+        "log_every_n_steps": Annotated[int, Ge(1)] | None,
+        "accumulate_grad_batches": Annotated[int, Ge(1)],
     },
     "torch.optim.SGD": {**_OPTIMIZER, "momentum": _UNIT, "dampening": _UNIT},
-    "torch.optim.AdamW": {**_OPTIMIZER, "betas": f"Annotated[Sequence[{_UNIT}], Length(2)]"},
-    "torch.optim.Adam": {**_OPTIMIZER, "betas": f"Annotated[Sequence[{_UNIT}], Length(2)]"},
+    "torch.optim.AdamW": {**_OPTIMIZER, "betas": _BETAS},
+    "torch.optim.Adam": {**_OPTIMIZER, "betas": _BETAS},
     "torch.optim.lr_scheduler.StepLR": {
-        "step_size": "Annotated[int, Ge(1)]",
-        "gamma": "Annotated[float, Gt(0)]",
+        "step_size": Annotated[int, Ge(1)],
+        "gamma": Annotated[float, Gt(0)],
     },
     "torch.optim.lr_scheduler.CosineAnnealingLR": {
-        "T_max": (
-            "Annotated[int, Ge(1), Why('the cosine period in epochs; with "
-            "trainer.max_epochs=-1 set scheduler.T_max=<N>')]"
-        ),
-        "eta_min": "Annotated[float, Ge(0)]",
+        "T_max": Annotated[int, Ge(1), _PERIOD],
+        "eta_min": Annotated[float, Ge(0)],
     },
     "torch.optim.lr_scheduler.ReduceLROnPlateau": {
-        "factor": "Annotated[float, Gt(0), Lt(1)]",
-        "patience": "Annotated[int, Ge(0)]",
-        "cooldown": "Annotated[int, Ge(0)]",
-        "threshold": "Annotated[float, Ge(0)]",
-        "min_lr": "Annotated[float, Ge(0)] | Sequence[Annotated[float, Ge(0)]]",
-        "eps": "Annotated[float, Ge(0)]",
+        "factor": Annotated[float, Gt(0), Lt(1)],
+        "patience": Annotated[int, Ge(0)],
+        "cooldown": Annotated[int, Ge(0)],
+        "threshold": Annotated[float, Ge(0)],
+        "min_lr": Annotated[float, Ge(0)] | Sequence[Annotated[float, Ge(0)]],
+        "eps": Annotated[float, Ge(0)],
     },
     "lightning.pytorch.callbacks.EarlyStopping": {
-        "patience": "Annotated[int, Ge(0)]",
-        "min_delta": "Annotated[float, Ge(0)]",
+        "patience": Annotated[int, Ge(0)],
+        "min_delta": Annotated[float, Ge(0)],
     },
     "lightning.pytorch.callbacks.ModelCheckpoint": {
-        "save_top_k": "Annotated[int, Ge(-1)]",
-        "every_n_epochs": "Annotated[int, Ge(0)] | None",
-        "every_n_train_steps": "Annotated[int, Ge(0)] | None",
+        "save_top_k": Annotated[int, Ge(-1)],
+        "every_n_epochs": Annotated[int, Ge(0)] | None,
+        "every_n_train_steps": Annotated[int, Ge(0)] | None,
     },
 }
 
-
-def check(cfg: DictConfig) -> None:
-    """Raise UserError naming the first key of ``cfg`` that no constructor would accept."""
-    try:
-        _check(cfg)
-    finally:
-        source_cache.save()  # what reading sources found, for the next start
-
-
-def _check(cfg: DictConfig) -> None:
-    missing = sorted(k for k in _missing_keys(cfg, "") if not k.startswith("hydra"))
-    if missing:
-        raise UserError(
-            f"missing value for {', '.join(missing)}: set it on the command line, "
-            f"e.g. {missing[0]}=<value>"
-        )
-    plain = OmegaConf.to_container(cfg, resolve=False)
-    _objects_have_targets(plain)
-    for section, target in SECTIONS.items():
-        node = plain.get(section) if section else plain
-        if isinstance(node, dict):
-            _check_node(cfg, section, target, node, known_only=not section)
-    for key, target, node in walk_targets(plain):
-        if not isinstance(target, str) or "${" in target:
-            continue
-        problem = target_problem(target)
-        if problem:
-            raise UserError(f"{key}._target_={target!r}: {problem}")
-        _check_node(cfg, key, target, node, known_only=False)
-    _cross_key_rules(cfg)
-
-
 # sections train() builds: a mapping there without ``_target_`` cannot be built
 BUILT = ("data", "model", "optimizer", "scheduler", "trainer")
+
+# digests of the configs that passed in this process: the command line checks a run's
+# config before Hydra makes its run dir, and train() asks again for callers that did not
+# come through the command line; the config is bound once
+_PASSED: set[str] = set()
+
+
+def check(cfg: DictConfig) -> None:
+    """Raise UserError naming the first key of ``cfg`` that no constructor would accept.
+
+    What needs no import comes first (missing values, sections without ``_target_``, the
+    top-level sections, the rules that join keys); then each ``_target_`` is imported and
+    its keys bound to its signature.
+    """
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    digest = hashlib.blake2b(json.dumps(plain, default=str).encode(), digest_size=16).hexdigest()
+    if digest in _PASSED:
+        return
+    missing = [k for k in _missing_keys(plain) if not k.startswith("hydra")]
+    if missing:
+        raise UserError(
+            f"missing value for {', '.join(sorted(missing))}: set it on the command line, "
+            f"e.g. {sorted(missing)[0]}=<value>"
+        )
+    _objects_have_targets(plain)
+    for section, options in SECTIONS.items():
+        node = plain.get(section) if section else plain
+        if isinstance(node, dict):
+            _check_node(cfg, section, options, node, known_only=not section)
+    _cross_key_rules(cfg)
+    for key, target, node in walk_targets(plain):
+        if isinstance(target, str) and "${" not in target:
+            _check_node(cfg, key, target, node, known_only=False)
+    _PASSED.add(digest)
 
 
 def _objects_have_targets(plain: dict) -> None:
@@ -176,18 +226,20 @@ def walk_targets(node: Any, key: str = "") -> Iterator[tuple[str, Any, dict]]:
             yield from walk_targets(v, f"{key}.{i}" if key else str(i))
 
 
-def _check_node(cfg: DictConfig, key: str, target: str, node: dict, known_only: bool) -> None:
-    sig = signature(target)
-    if sig is None:
-        return  # source cannot tell: the constructor checks its own arguments
+def _check_node(cfg: DictConfig, key: str, target: str | type, node: dict, known_only: bool):
+    name_of = target if isinstance(target, str) else f"{target.__module__}.{target.__name__}"
+    found = _signature(key, target)
+    if found is None:
+        return  # no signature to read (a builtin): the constructor checks its own arguments
+    params, hints, any_key = found
     for name, value in node.items():
         if name in HYDRA_KEYS:
             continue
         path = f"{key}.{name}" if key else str(name)
-        param = sig.params.get(name)
+        param = params.get(name)
         if param is None:
-            if not (sig.any_key or known_only):
-                raise UserError(_unknown_key(path, name, sig))
+            if not (any_key or known_only):
+                raise UserError(_unknown_key(path, name, name_of, params))
             continue
         if isinstance(value, dict) and "_target_" in value:
             continue  # built by its own target, checked on its own
@@ -196,14 +248,74 @@ def _check_node(cfg: DictConfig, key: str, target: str, node: dict, known_only: 
                 value = OmegaConf.select(cfg, path, throw_on_missing=False)
             except Exception:  # an interpolation only Hydra's run can resolve
                 continue
-        spec = type_of(param, REFINED.get(target, {}).get(name))
+        hint = REFINED.get(name_of, {}).get(name, hints.get(name, Any))
+        spec = type_of(hint, none_default=param.default is None)
         if not spec.admits(value):
             why = f"; {spec.reason()}" if spec.reason() else ""
             raise UserError(f"{path}={show(value)} is not valid: expected {spec.describe()}{why}")
 
 
-def _unknown_key(path: str, name: Any, sig: Signature) -> str:
-    names = sorted(sig.params)
+def _signature(key: str, target: str | type) -> tuple[dict, dict, bool] | None:
+    """``(keyword parameters, their type hints, takes **kwargs)`` of the imported target."""
+    obj = _locate(key, target) if isinstance(target, str) else target
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = {n: p for n, p in sig.parameters.items() if p.kind in kinds}
+    any_key = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    return params, _hints(obj), any_key
+
+
+def _hints(obj: Any) -> dict[str, Any]:
+    function = obj.__init__ if isinstance(obj, type) else obj
+    try:
+        return typing.get_type_hints(function, include_extras=True)
+    except Exception:  # a name imported only for type checkers: each hint on its own
+        found: dict[str, Any] = {}
+        for name, hint in getattr(function, "__annotations__", {}).items():
+            one = types.SimpleNamespace(__annotations__={name: hint})
+            try:
+                namespace = getattr(function, "__globals__", None)
+                found.update(typing.get_type_hints(one, namespace, include_extras=True))
+            except Exception:  # left to the constructor
+                pass
+        return found
+
+
+def _locate(key: str, target: str) -> Any:
+    """Import what ``target`` names; one line with a did-you-mean when it does not exist."""
+    parts = target.split(".")
+    where = f"{key}._target_={target!r}"
+    if not all(p.isidentifier() for p in parts):
+        raise UserError(f"{where}: expected a dotted name, e.g. experiments.models.MLP")
+    obj = None
+    for i, part in enumerate(parts):
+        dotted = ".".join(parts[: i + 1])
+        if obj is not None and hasattr(obj, part):
+            obj = getattr(obj, part)
+            continue
+        if obj is None or isinstance(obj, types.ModuleType):
+            try:
+                obj = importlib.import_module(dotted)
+                continue
+            except ImportError as err:
+                if not isinstance(err, ModuleNotFoundError) or err.name != dotted:
+                    # the module exists; it, or something it imports, failed
+                    why = one_line(err)
+                    raise UserError(f"{where}: importing {dotted} failed: {why}") from None
+        if obj is None:
+            raise UserError(f"{where}: no module named '{dotted}'")
+        names = [n for n in dir(obj) if not n.startswith("_")]
+        close = difflib.get_close_matches(part, names, n=1)
+        hint = f" (did you mean {'.'.join(parts[:i] + close)}?)" if close else ""
+        raise UserError(f"{where}: '{'.'.join(parts[:i])}' has no '{part}'{hint}")
+    return obj
+
+
+def _unknown_key(path: str, name: Any, target: str, params: dict) -> str:
+    names = sorted(params)
     close = difflib.get_close_matches(str(name), names, n=1)
     if close:
         parent = path.rpartition(".")[0]
@@ -211,13 +323,15 @@ def _unknown_key(path: str, name: Any, sig: Signature) -> str:
     else:
         more = f", ... ({len(names)} in all)" if len(names) > 12 else ""
         hint = f"it takes {', '.join(names[:12])}{more}"
-    return f"{path}: {sig.target} has no argument '{name}'; {hint}"
+    return f"{path}: {target} has no argument '{name}'; {hint}"
 
 
 # -- rules that join keys ----------------------------------------------------------------
 
 
 def _cross_key_rules(cfg: DictConfig) -> None:
+    """Checked before the targets' own types: a rule passes over a value of the wrong type
+    (binding names that one)."""
     epochs = _select(cfg, "trainer.max_epochs")
     if epochs == -1 and _select(cfg, "trainer.max_steps") in (None, -1):
         if _select(cfg, "trainer.max_time") is None:
@@ -226,7 +340,8 @@ def _cross_key_rules(cfg: DictConfig) -> None:
                 "trainer.max_time=DD:HH:MM:SS, or give trainer.max_epochs=<N>"
             )
     warmup = _select(cfg, "scheduler.warmup_epochs")
-    if warmup is not None and epochs is not None and epochs > 0 and not 0 <= warmup < epochs:
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (warmup, epochs))
+    if numbers and epochs > 0 and not 0 <= warmup < epochs:
         raise UserError(
             f"scheduler.warmup_epochs={warmup} is not valid: the warmup must be shorter than the "
             f"run (trainer.max_epochs={epochs})"
@@ -242,17 +357,16 @@ def _cross_key_rules(cfg: DictConfig) -> None:
         )
 
 
-def _missing_keys(node, prefix: str):
-    """``???`` values, found without resolving interpolations (``${hydra:...}`` may not be set)."""
-    items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node)
-    for key, _ in items:
-        child = node._get_node(key)
+def _missing_keys(node: Any, prefix: str = "") -> Iterator[str]:
+    """``???`` values (``to_container`` keeps them as that text, and resolves nothing, so a
+    ``${hydra:...}`` that is not set yet does not fail here)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for key, value in items:
         path = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(child, DictConfig | ListConfig):
-            if not child._is_missing() and not child._is_none():
-                yield from _missing_keys(child, path)
-        elif child._is_missing():
+        if value == "???":
             yield path
+        elif isinstance(value, dict | list):
+            yield from _missing_keys(value, path)
 
 
 def _select(cfg: DictConfig, key: str):
