@@ -1,23 +1,15 @@
 """``make bench``: the framework against a hand-written loop and bare Lightning.
 
-Sections (``--only``; docs/performance.md explains every column):
-
-- step: seconds per step of a hand-written loop, bare Lightning and ``train(cfg)``, eager
-  and with ``compile=true``
-- startup: ``python -m experiments.train`` to its first step against a bare Lightning
-  script; the wall time of ``--help``, ``--cfg job`` and config errors
-- data: CsvImageDataset through a DataLoader against in-memory tensors and the batch-level
-  path; the data-wait share of the default run
-- tta: seconds from launch to val/acc 0.97, ``python -m experiments.train experiment=digits``
-  against ``benchmarks/tta_handloop.py`` (``--recipes mnist``: real MNIST to 0.99)
-
-Each section runs in blocks, every variant once per block in a rotating order, so a noisy,
-shared machine slows all alike: cells are the median (min–max) over blocks, ratios are
-taken within a block. In-process runs compose ``conf/train.yaml`` with Hydra's compose API
-and the overrides a command line would pass (:func:`compose`); the others run the CLI.
+Sections (``--only``; docs/performance.md explains every table): step (seconds per step,
+eager and compiled), startup (to the first step; ``--help`` and config errors), data
+(loaders; the data-wait share) and tta (seconds from launch to val/acc 0.97 on the digits,
+the CLI against ``benchmarks/tta_handloop.py``). Each runs in blocks, every variant once per
+block in a rotating order, so a noisy machine slows all alike; cells are the median
+(min–max) over blocks, ratios are taken within a block. In-process runs compose
+``conf/train.yaml`` with the overrides a command line would pass (:func:`compose`).
 
     python -m benchmarks.run --quick --out /tmp/bench     # seconds: checks it end to end
-    python -m benchmarks.run --only tta --recipes mnist --blocks 2 --out /tmp/mnist
+    python -m benchmarks.run --only step,startup --blocks 5     # outputs/bench/results.md
     python -m benchmarks.run --gpu --only step trainer.precision=bf16-mixed   # gpu.sh
 """
 
@@ -39,8 +31,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("step", "startup", "data", "tta")
-# recipe: (val/acc target, blocks, epochs watched past the target, data it needs)
-RECIPES = {"digits": (0.97, 5, 2, None), "mnist": (0.99, 3, 0, "MNIST/raw")}
+# time to accuracy: the target of experiment=digits, its blocks, epochs watched past it
+TTA = {"target": 0.97, "blocks": 5, "after": 2}
 VARIANTS = ("raw loop", "hand loop", "bare Lightning", "default stack")
 TIMER = "+callbacks.bench_timer._target_=benchmarks.baselines.StepTimer"
 DATA = "data.dataset={{_target_:benchmarks.baselines.tensor_sets,_partial_:true,n:{},shape:[{}]}}"
@@ -71,18 +63,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", help="folder of results.md (default outputs/bench)")
     p.add_argument("--update-docs", action="store_true", help="write benchmarks/results.md")
     p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of {SECTIONS}")
-    p.add_argument("--blocks", type=int, help="repeats (default 3; tta: digits 5, mnist 3)")
+    p.add_argument("--blocks", type=int, help="repeats (default 3, tta 5)")
     p.add_argument("--threads", type=int, default=1, help="torch/OMP threads of every variant")
-    p.add_argument("--recipes", default="digits", help=f"tta: comma list of {tuple(RECIPES)}")
     p.add_argument("--gpu", action="store_true", help="step cases on the GPU, plus ResNet-18")
     p.add_argument("overrides", nargs="*", help="for every step case, e.g. compile=true")
     args = p.parse_args(argv)
     if args.out is None:  # the committed tables change only when asked to
         args.out = str(REPO / ("benchmarks" if args.update_docs else "outputs/bench"))
-    args.only, args.recipes = args.only.split(","), args.recipes.split(",")
-    for flag, given, valid in (("only", args.only, SECTIONS), ("recipes", args.recipes, RECIPES)):
-        if set(given) - set(valid):
-            p.error(f"--{flag}: unknown {set(given) - set(valid)}; choose from {tuple(valid)}")
+    args.only = args.only.split(",")
+    if set(args.only) - set(SECTIONS):
+        p.error(f"--only: unknown {set(args.only) - set(SECTIONS)}; choose from {SECTIONS}")
     return args
 
 
@@ -118,7 +108,7 @@ def cli(cmd: list[str], work: Path, env: dict, ok: bool = True) -> float:
     return time.time() - t
 
 
-def blocks(n: int, variants: dict, log, what: str) -> dict[str, Stats]:
+def blocks(n: int, variants: dict, what: str) -> dict[str, Stats]:
     """Every variant (``block -> value``) once per block, the order rotating."""
     out, names = {name: Stats() for name in variants}, list(variants)
     for b in range(n):
@@ -126,7 +116,7 @@ def blocks(n: int, variants: dict, log, what: str) -> dict[str, Stats]:
             out[name].append(variants[name](b))
         shown = (f"{k} {v[-1]:.4g}" if isinstance(v[-1], float) else f"{k} {v[-1]['hit']}"
                  for k, v in out.items())  # fmt: skip
-        log(f"  {what} {b + 1}/{n}: " + ", ".join(shown))
+        print(f"  {what} {b + 1}/{n}: " + ", ".join(shown), flush=True)
     return out
 
 
@@ -178,18 +168,18 @@ def step_time(variant: str, work: Path, tag: str, overrides: list[str]) -> float
     return timer.step_s
 
 
-def bench_step(args, work: Path, log) -> dict:
+def bench_step(args, work: Path) -> dict:
     results = {}
     for i, (case, over) in enumerate(step_cases(args).items()):
         variants = {
             v: lambda b, v=v, i=i, o=over: step_time(v, work, f"step{i}-{v[:3]}-{b}", o)
             for v in VARIANTS
         }
-        results[case] = blocks(args.blocks, variants, log, case)
+        results[case] = blocks(args.blocks, variants, case)
     return results
 
 
-def bench_startup(args, work: Path, log) -> dict:
+def bench_startup(args, work: Path) -> dict:
     from experiments.data import export_digits
 
     data, first, env = export_digits(work / "data" / "digits"), work / "first", child_env(1)
@@ -212,7 +202,7 @@ def bench_startup(args, work: Path, log) -> dict:
         "bad override (data.batch_size=0)": lambda b: cli([*train, "data.batch_size=0"], work,
                                                           env, ok=False),
         "unknown option (model=nope)": lambda b: cli([*train, "model=nope"], work, env, ok=False),
-    }, log, "start-up")  # fmt: skip
+    }, "start-up")  # fmt: skip
 
 
 def loader_rate(dataset, workers: int, epochs: int) -> float:
@@ -235,7 +225,7 @@ def loader_rate(dataset, workers: int, epochs: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-def bench_data(args, work: Path, log) -> dict:
+def bench_data(args, work: Path) -> dict:
     from hydra.utils import instantiate
 
     from benchmarks.baselines import in_memory
@@ -250,14 +240,11 @@ def bench_data(args, work: Path, log) -> dict:
     caches = {"no cache": {}, "cache=decoded": {"cache": True}}
     caches["cache=tensors (default)"] = {"cache": True, "cache_samples": True}
 
-    def csv_rate(cache: dict, workers: int) -> float:
-        dataset = CsvImageDataset(
-            root / "labels.csv", root / "images", transform=transform, image_mode="L", **cache
-        )
-        return loader_rate(dataset, workers, epochs)
-
+    files = (root / "labels.csv", root / "images")
     variants = {
-        f"CsvImageDataset, {name}, workers={w}": lambda b, c=cache, w=w: csv_rate(c, w)
+        f"CsvImageDataset, {name}, workers={w}": lambda b, c=cache, w=w: loader_rate(
+            CsvImageDataset(*files, transform=transform, image_mode="L", **c), w, epochs
+        )
         for w in ((0,) if args.quick else (0, 1, 2))
         for name, cache in caches.items()
     }
@@ -265,7 +252,7 @@ def bench_data(args, work: Path, log) -> dict:
     variants["in-memory tensors, batch-level path (TensorStore), workers=0"] = lambda b: (
         loader_rate(TensorStore(*tensors.tensors), 0, epochs)
     )
-    loaders = blocks(args.blocks, variants, log, "loaders")
+    loaders = blocks(args.blocks, variants, "loaders")
     # the default run as the profiling callback measures it, and the same run on in-memory
     # tensors: what the measure reads when loading costs nothing (Lightning's own work
     # between steps counts as data wait too)
@@ -280,7 +267,7 @@ def bench_data(args, work: Path, log) -> dict:
 
     wait = {"default": lambda b: data_wait(f"wait-{b}", [])}
     wait["floor"] = lambda b: data_wait(f"floor-{b}", [DATA.format(1797, "1,8,8")])
-    return {"loaders": loaders, "wait": blocks(args.blocks, wait, log, "data wait")}
+    return {"loaders": loaders, "wait": blocks(args.blocks, wait, "data wait")}
 
 
 def val_rows(path: Path) -> list[tuple[int, float]]:
@@ -331,47 +318,32 @@ def watch(cmd: list[str], run_dir: Path, metrics: str, env: dict, stop: dict) ->
     return run
 
 
-def bench_tta(args, work: Path, log) -> dict:
+def bench_tta(args, work: Path) -> dict:
     from benchmarks.tta_handloop import recipe_spec
     from experiments.data import export_digits
 
-    env, results = child_env(args.threads), {}
-    data = REPO / "data" if "mnist" in args.recipes else work / "data"  # make data: MNIST
-    for recipe in args.recipes:
-        target, n, after, needs = RECIPES[recipe]
-        if needs and not (data / needs).exists():
-            results[recipe] = {"target": target, "skipped": f"{data / needs} not found"}
-            continue
-        over = [f"experiment={recipe}", f"paths.data_dir={data}"]
-        spec = recipe_spec(compose(work, recipe, over))
-        if recipe == "digits":  # both read the export: made before anything is timed
-            export_digits(spec["data"]["root"])
-        spec_file = work / f"{recipe}.json"
-        spec_file.write_text(json.dumps(spec))
-        stop = {"target": target, "after": after, "epochs": spec["max_epochs"]}
+    env, over = child_env(args.threads), ["experiment=digits", f"paths.data_dir={work / 'data'}"]
+    spec = recipe_spec(compose(work, "digits", over))
+    export_digits(spec["data"]["root"])  # both read it: made before anything is timed
+    (work / "spec.json").write_text(json.dumps(spec))
+    stop = {"target": TTA["target"], "after": TTA["after"], "epochs": spec["max_epochs"]}
 
-        def framework(b: int, over=over, stop=stop, recipe=recipe) -> dict:
-            out = work / f"{recipe}-framework-{b}"
-            cmd = ["-m", "experiments.train", *over, "logger=csv", f"hydra.run.dir={out}"]
-            return watch(cmd, out, "csv/metrics.csv", env, stop)
+    def framework(b: int) -> dict:
+        out = work / f"framework-{b}"
+        cmd = ["-m", "experiments.train", *over, "logger=csv", f"hydra.run.dir={out}"]
+        return watch(cmd, out, "csv/metrics.csv", env, stop)
 
-        def hand(b: int, spec_file=spec_file, stop=stop, recipe=recipe) -> dict:
-            out = work / f"{recipe}-hand-{b}"
-            cmd = ["-m", "benchmarks.tta_handloop", f"--spec={spec_file}", f"--out={out}"]
-            return watch(cmd, out, "metrics.csv", env, stop)
+    def hand(b: int) -> dict:
+        out = work / f"hand-{b}"
+        cmd = ["-m", "benchmarks.tta_handloop", f"--spec={work / 'spec.json'}", f"--out={out}"]
+        return watch(cmd, out, "metrics.csv", env, stop)
 
-        # the floor of any Lightning-based run: a process that only imports Lightning (the
-        # collector paused, as the framework runs it)
-        floor = ["-c", "import gc; gc.disable(); import lightning"]
-        variants = {
-            "framework": framework,
-            "hand loop": hand,
-            "floor": lambda b, floor=floor: cli(floor, work, env),
-        }
-        n = 1 if args.quick else args.tta_blocks or n
-        results[recipe] = {"target": target, "epochs": stop["epochs"]}
-        results[recipe] |= blocks(n, variants, log, recipe)
-    return results
+    # the floor of any Lightning-based run: a process that only imports Lightning (the
+    # collector paused, as the framework runs it)
+    floor = ["-c", "import gc; gc.disable(); import lightning"]
+    variants = {"framework": framework, "hand loop": hand, "floor": lambda b: cli(floor, work, env)}
+    n = 1 if args.quick else args.tta_blocks or TTA["blocks"]
+    return {**stop, **blocks(n, variants, "digits")}
 
 
 # --- report ----------------------------------------------------------------------------
@@ -434,61 +406,46 @@ def report(results: dict, args, elapsed: float) -> tuple[list[str], list]:
         measured = f"{wait['default'].fmt(100, 1)} %"
         lines.append(
             f"Data-wait share of step time in the default run (`profile=true`, epoch 2): "
-            f"**{measured}**; on in-memory tensors (a floor): **{wait['floor'].fmt(100, 1)} %**."
+            f"**{measured}**; on in-memory tensors (a floor): **{wait['floor'].fmt(100, 1)} %**.\n"
         )
         what = "data wait ≤ 3% of step time on the default pipeline"
         targets.append((what, measured, wait["default"], 0.03))
-    lines += ["## 4. Time to accuracy (fresh processes, wall seconds)"] if "tta" in results else []
-    for recipe, res in results.get("tta", {}).items():
-        lines += ["", f"### {recipe}: val/acc ≥ {res['target']}", ""]
-        if "skipped" in res:
-            lines.append(f"Not run: {res['skipped']}.")
-            continue
-        n = len(res["floor"])
-        lines.append(f"`experiment={recipe}`, at most {res['epochs']} epochs, {n} block(s).")
-        lines += tta_table(res)
-        total, same = Stats(), Stats()
-        for fw, hand in zip(res["framework"], res["hand loop"], strict=True):
-            if fw["hit"] and hand["hit"]:  # same: at the earlier of the two epochs reached
-                total.append(fw["hit"][1] / hand["hit"][1])
-                epoch = min(fw["hit"][0], hand["hit"][0])
-                same.append(seconds_at(fw, epoch) / seconds_at(hand, epoch))
+    if "tta" in results:
+        res = results["tta"]
+        pairs = zip(res["framework"], res["hand loop"], strict=True)
+        total = Stats(a["hit"][1] / b["hit"][1] for a, b in pairs if a["hit"] and b["hit"])
         hand = Stats(r["hit"][1] for r in res["hand loop"] if r["hit"])
+        lines += ["## 4. Time to accuracy (fresh processes, wall seconds)", ""]
+        lines.append(f"### digits: val/acc ≥ {res['target']} (`experiment=digits`, at most "
+                     f"{res['epochs']} epochs, {len(res['floor'])} block(s))")  # fmt: skip
+        lines += tta_table(res)
         lines.append(f"- framework / hand loop, time to target: **{total.fmt(1, 3)}**")
-        lines.append(f"- framework / hand loop at the same epoch: **{same.fmt(1, 3)}**")
         lines.append(
             f"- floor: a process that only runs `import lightning` takes {res['floor'].fmt()} s, "
             f"{res['floor'].median / hand.median:.2f}× the hand loop's time to target"
         )
-        what = f"time to val/acc {res['target']} ({recipe}) ≤ 1.05× the hand loop"
+        what = f"time to val/acc {res['target']} (digits) ≤ 1.05× the hand loop"
         targets.append((what, f"{total.fmt(1, 3)}×", total, 1.05))
     rows = [[w, m, "yes" if s.median <= b else "no"] for w, m, s, b in targets]
     lines += ["", "## Targets (why one is missed: docs/performance.md)"]
     return [*lines, *table(["target", "measured", "met"], rows)], targets
 
 
-def seconds_at(run: dict, epoch: int) -> float:
-    return next(t for e, _, t in run["epochs"] if e == epoch)
-
-
 def tta_table(res: dict) -> list[str]:
-    """Per variant: time to target, the epoch it came at, start-up against per-epoch cost."""
+    """Per variant: time to target, the epoch it came at, the cost of a later epoch."""
     rows = []
     for variant in ("framework", "hand loop"):
-        runs, per = res[variant], {}  # seconds per epoch after the first
-        for i, r in enumerate(runs):
-            if len(r["epochs"]) > 1:
-                per[i] = (r["epochs"][-1][2] - r["epochs"][0][2]) / (r["epochs"][-1][0] - 1)
-        reached = [str(r["hit"][0]) if r["hit"] else f"no (exit {r['rc']})" for r in runs]
-        first = Stats(r["epochs"][0][2] for r in runs if r["epochs"])
-        start = Stats(runs[i]["epochs"][0][2] - p for i, p in per.items())
-        rows.append(
-            [variant, Stats(r["hit"][1] for r in runs if r["hit"]).fmt(), ", ".join(reached)]
+        runs = res[variant]
+        later = Stats(
+            (r["epochs"][-1][2] - r["epochs"][0][2]) / (r["epochs"][-1][0] - 1)
+            for r in runs
+            if len(r["epochs"]) > 1
         )
-        rows[-1] += [first.fmt(), Stats(per.values()).fmt(), start.fmt()]
-        rows[-1].append(f"{sum(bool(r['hit']) for r in runs)}/{len(runs)}")
-    head = ["variant", "time to target s", "epoch reached, per block", "end of epoch 1 s"]
-    return table([*head, "s per later epoch", "≈ start-up s (epoch 1 − s/epoch)", "reached"], rows)
+        reached = [str(r["hit"][0]) if r["hit"] else f"no (exit {r['rc']})" for r in runs]
+        to_target = Stats(r["hit"][1] for r in runs if r["hit"])
+        rows.append([variant, to_target.fmt(), ", ".join(reached), later.fmt()])
+    head = ["variant", "time to target s", "epoch reached, per block", "s per later epoch"]
+    return table(head, rows)
 
 
 def machine() -> dict[str, str]:
@@ -496,15 +453,12 @@ def machine() -> dict[str, str]:
     import lightning
     import torch
 
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    cpu = [ln.split(":")[1].strip() for ln in info.splitlines() if ln.startswith("model name")]
     return {
-        "cpu": cpu[0] if cpu else platform.machine(),
+        "cpu": platform.processor() or platform.machine(),
         "cores (os.cpu_count)": os.cpu_count(),
         "torch threads": torch.get_num_threads(),
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "lightning": lightning.__version__,
+        "torch / lightning": f"{torch.__version__} / {lightning.__version__}",
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)",
         "load average at start": " ".join(f"{v:.2f}" for v in os.getloadavg()),
     }
@@ -527,7 +481,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         for section in (s for s in SECTIONS if s in args.only):
             print(f"[{section}] ({time.perf_counter() - start:.0f} s)", flush=True)
-            results[section] = runs[section](args, Path(tmp), lambda m: print(m, flush=True))
+            results[section] = runs[section](args, Path(tmp))
     lines, targets = report(results, args, time.perf_counter() - start)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "results.md").write_text("\n".join(lines))
