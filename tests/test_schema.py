@@ -7,10 +7,13 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from omegaconf import OmegaConf
 
-from experiments.config import schema
+from experiments.config import CONF_DIR, schema
+from experiments.config.precheck import precheck
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir
+from experiments.train import train
 from tests.conftest import REPO, run_cli
 
 
@@ -137,3 +140,47 @@ def test_keys_left_for_an_option_that_is_not_chosen_are_one_line(make_cfg):
     assert str(info.value).startswith("scheduler has scheduler.warmup_epochs but no _target_")
     schema.check(make_cfg("experiment=finetune", "scheduler=none", "data.csv_file=a.csv",
                           "data.image_dir=imgs"))  # fmt: skip
+
+
+def test_a_sweep_binds_its_first_job_before_any_job_starts(tmp_path, monkeypatch, data_dir):
+    monkeypatch.chdir(tmp_path)
+    argv = ["-m", "optimizer.lr=-1,0.1", f"paths.data_dir={data_dir}"]
+    with pytest.raises(UserError, match=r"^optimizer.lr=-1 is not valid: expected float >= 0"):
+        precheck(argv, str(CONF_DIR))
+    assert not (tmp_path / "outputs").exists()  # no sweep dir claimed, no job started
+
+
+def test_train_binds_a_config_the_command_line_never_saw(make_cfg, tmp_path):
+    # a later sweep job's values, or an in-process caller: bound before anything is built
+    with pytest.raises(UserError, match=r"^model.net.dropout=1.5 is not valid"):
+        train(make_cfg("model.net.dropout=1.5"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_hint_only_type_checkers_can_read_leaves_the_others_checked(tmp_path, monkeypatch):
+    # Lightning's FSDPStrategy hints names imported under TYPE_CHECKING: get_type_hints
+    # fails on the whole signature, so each hint is read on its own
+    (tmp_path / "made_up_nets.py").write_text(
+        "from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from collections import OrderedDict\n"
+        "def net(offload: OrderedDict | None = None, width: int = 3):\n    return width\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    net = {"_target_": "made_up_nets.net", "offload": {"a": 1}}
+    schema.check(OmegaConf.create({"net": net}))
+    with pytest.raises(UserError, match=r"^net.width='wide' is not valid: expected int$"):
+        schema.check(OmegaConf.create({"net": {**net, "width": "wide"}}))
+    with pytest.raises(UserError, match=r"made_up_nets.net has no argument 'widht'; did you"):
+        schema.check(OmegaConf.create({"net": {**net, "widht": 4}}))
+
+
+def test_a_target_that_does_not_import_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "needs_more.py").write_text("import not_installed_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = OmegaConf.create({"net": {"_target_": "needs_more.Net"}})
+    with pytest.raises(UserError) as info:
+        schema.check(cfg)
+    assert str(info.value) == (
+        "net._target_='needs_more.Net': importing needs_more failed: "
+        "No module named 'not_installed_anywhere'"
+    )
