@@ -126,19 +126,22 @@ def _without_switch(node: DictConfig):
 
 def loggers(cfg: DictConfig, run_dir: Path, resuming: bool) -> list:
     """Every configured logger; a resumed run continues its W&B run."""
-    from hydra.utils import instantiate
+    from hydra.utils import get_object, instantiate
 
     from experiments.secrets import redacted_config
-    from experiments.tracking import previous_wandb_id
+    from experiments.tracking import previous_wandb_id, wandb_logger
 
     wandb_id = previous_wandb_id(run_dir) if resuming else None
+
+    def continued(node) -> dict:
+        # our W&B factory, by identity (not a name that merely contains "wandb")
+        target = node.get("_target_")
+        return {"run_id": wandb_id} if target and get_object(str(target)) is wandb_logger else {}
+
     # built from the redacted config: a run name or tag that interpolated a secret (e.g. a
     # job name made of the overrides) must not reach a tracker; keys come from the environment
     return [
-        instantiate(
-            redacted_config(c),
-            **({"run_id": wandb_id} if "wandb" in str(c.get("_target_")) else {}),
-        )
+        instantiate(redacted_config(c), **continued(c))
         for c in (cfg.get("logger") or {}).values()
         if c
     ]
@@ -159,7 +162,6 @@ def trainer(cfg: DictConfig, callbacks: list, loggers: list, train_batches: int 
         plugins=[AtomicCheckpointIO(), *cluster_plugins()],
         **_log_interval(cfg, train_batches),
     )
-    _skip_unused_hooks(built.callbacks)  # including those Lightning added itself
     signal_safe_workers(built)  # ddp_fork/ddp_spawn: a signal saves and stops, not hangs
     return built
 
@@ -209,58 +211,6 @@ def _log_interval(cfg: DictConfig, train_batches: int | None) -> dict:
     if every is None or not train_batches or every <= train_batches:
         return {}
     return {"log_every_n_steps": max(1, int(train_batches))}
-
-
-# called on every callback on every step (a profiler context and a name format each, ~2 µs)
-PER_BATCH_HOOKS = (
-    "on_train_batch_start",
-    "on_train_batch_end",
-    "on_before_backward",
-    "on_after_backward",
-    "on_before_optimizer_step",
-    "on_before_zero_grad",
-    "on_validation_batch_start",
-    "on_validation_batch_end",
-    "on_test_batch_start",
-    "on_test_batch_end",
-    "on_predict_batch_start",
-    "on_predict_batch_end",
-)
-
-
-def _skip_unused_hooks(callbacks: list) -> None:
-    """Null the per-batch hooks each callback inherits unchanged from ``L.Callback``, and
-    those of Lightning's own callbacks that return at once as configured (``_idle``).
-
-    Lightning calls every per-batch hook of every callback on every step, the base class's
-    no-ops too, but only when the hook is callable: a None on the instance is skipped.
-    Hooks a class overrides, or an instance set itself, stay."""
-    import lightning as L
-
-    for callback in callbacks:
-        for name in PER_BATCH_HOOKS:
-            idle = _unchanged(callback, L.Callback, name) or _idle(callback, name)
-            if idle and name not in vars(callback):
-                setattr(callback, name, None)
-
-
-def _unchanged(callback, cls: type, name: str) -> bool:
-    """``callback`` is a ``cls`` whose hook ``name`` is ``cls``'s own (not overridden)."""
-    return isinstance(callback, cls) and getattr(type(callback), name, None) is getattr(cls, name)
-
-
-def _idle(callback, name: str) -> bool:
-    """A per-batch hook of Lightning's ModelCheckpoint / LearningRateMonitor (not one a
-    subclass overrides) that returns without doing anything as configured: checkpoints
-    only at epoch ends, learning rates logged per epoch."""
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-
-    if name == "on_train_batch_end" and _unchanged(callback, ModelCheckpoint, name):
-        steps = getattr(callback, "_every_n_train_steps", 1)
-        return steps < 1 and getattr(callback, "_train_time_interval", 1) is None
-    if name == "on_train_batch_start" and _unchanged(callback, LearningRateMonitor, name):
-        return callback.logging_interval == "epoch"
-    return False
 
 
 def single_device_tester(cfg: DictConfig, trainer, loggers: list):
