@@ -9,11 +9,9 @@ import time
 import lightning as L
 import torch
 
-log = logging.getLogger(__name__)
+from experiments.compat.torch import clear_graph_breaks, graph_breaks, suppress_dynamo_errors
 
-# Dynamo's counters of why a frame stopped being traced; torch 2.x moved most graph-break
-# reasons from "graph_break" to "unimplemented", so read both
-BREAK_COUNTERS = ("graph_break", "unimplemented")
+log = logging.getLogger(__name__)
 
 
 class TorchCompile(L.Callback):
@@ -58,14 +56,10 @@ class TorchCompile(L.Callback):
     def on_fit_start(self, trainer, pl_module) -> None:
         if not self.enabled:
             return
-        import torch._dynamo
-        from torch._dynamo.utils import counters
-
         net = getattr(pl_module, "net", pl_module)
-        self._suppress_before = torch._dynamo.config.suppress_errors
-        torch._dynamo.config.suppress_errors = True  # a failing frame runs eager, with a warning
-        for key in BREAK_COUNTERS:
-            counters[key].clear()
+        # a failing frame runs eager, with a warning
+        self._suppress_before = suppress_dynamo_errors(True)
+        clear_graph_breaks()
         options = {"fullgraph": self.fullgraph, "dynamic": self.dynamic, "backend": self.backend}
         if self.mode is not None and self.backend == "inductor":
             options["mode"] = self.mode
@@ -84,16 +78,10 @@ class TorchCompile(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not self.compiled or self.first_step_s is not None or self._t0 is None:
             return
-        from torch._dynamo.utils import counters
-
         if pl_module.device.type == "cuda":
             torch.cuda.synchronize(pl_module.device)
         self.first_step_s = time.perf_counter() - self._t0
-        self.break_reasons = {}
-        for key in BREAK_COUNTERS:
-            for reason, count in counters[key].items():
-                first_line = str(reason).strip().splitlines()[0]
-                self.break_reasons[first_line] = self.break_reasons.get(first_line, 0) + count
+        self.break_reasons = graph_breaks()
         self.graph_breaks = sum(self.break_reasons.values())
         log.info(
             "compile: first step %.1f s, %d graph break(s)%s",
@@ -108,7 +96,5 @@ class TorchCompile(L.Callback):
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         if self._suppress_before is not None:
-            import torch._dynamo
-
-            torch._dynamo.config.suppress_errors = self._suppress_before
+            suppress_dynamo_errors(self._suppress_before)
             self._suppress_before = None

@@ -1,4 +1,5 @@
-"""torch's quirks worked around in one place: the profiler's native noise on stderr."""
+"""torch's private API and quirks (see ``experiments.compat``): Dynamo's error switch and
+graph-break counters (``torch._dynamo``), and the profiler's native noise on stderr."""
 
 from __future__ import annotations
 
@@ -48,3 +49,40 @@ def native_stderr_without(*noise: str):
             ]
             if kept:
                 sys.stderr.write("".join(kept))
+
+
+# Dynamo's counters of why a frame stopped being traced; torch 2.x moved most graph-break
+# reasons from "graph_break" to "unimplemented", so read both
+BREAK_COUNTERS = ("graph_break", "unimplemented")
+
+
+def suppress_dynamo_errors(suppress: bool) -> bool:
+    """Set whether a frame Dynamo fails to compile runs in eager (with a warning) instead of
+    raising; return the setting before. No public switch exists (``torch.compiler`` has
+    none). Private API: ``torch._dynamo.config.suppress_errors``."""
+    import torch._dynamo
+
+    before = bool(torch._dynamo.config.suppress_errors)
+    torch._dynamo.config.suppress_errors = suppress
+    return before
+
+
+def clear_graph_breaks() -> None:
+    """Forget the graph breaks Dynamo has counted so far in this process."""
+    from torch._dynamo.utils import counters
+
+    for key in BREAK_COUNTERS:
+        counters[key].clear()
+
+
+def graph_breaks() -> dict[str, int]:
+    """``{reason's first line: count}`` of the graph breaks Dynamo counted since
+    ``clear_graph_breaks``. Private API: ``torch._dynamo.utils.counters``."""
+    from torch._dynamo.utils import counters
+
+    reasons: dict[str, int] = {}
+    for key in BREAK_COUNTERS:
+        for reason, count in counters[key].items():
+            first_line = str(reason).strip().splitlines()[0]
+            reasons[first_line] = reasons.get(first_line, 0) + count
+    return reasons
