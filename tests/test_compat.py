@@ -60,7 +60,9 @@ def test_lightning_trainer_step_and_experiment_handles(tmp_path):
     from experiments.compat.lightning import (
         AppendingCSVLogger,
         attached_trainer,
+        batches_processed,
         close_experiment,
+        epochs_processed,
         logger_step,
         opened_experiment,
     )
@@ -76,16 +78,29 @@ def test_lightning_trainer_step_and_experiment_handles(tmp_path):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
+    class Progress(L.Callback):
+        seen: list = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.seen.append((trainer.current_epoch, batch_idx,
+                              epochs_processed(trainer), batches_processed(trainer)))  # fmt: skip
+
     module = Tiny()
     assert attached_trainer(module) is None, "Lightning: LightningModule._trainer changed"
     logger = AppendingCSVLogger(tmp_path)
     assert opened_experiment(logger) is None
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(6, 2)), 2)
-    trainer = L.Trainer(max_steps=3, logger=logger, enable_progress_bar=False,
-                        enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
+    trainer = L.Trainer(max_steps=5, logger=logger, callbacks=[Progress()],
+                        enable_progress_bar=False, enable_checkpointing=False,
+                        enable_model_summary=False)  # fmt: skip
     trainer.fit(module, data)
     assert attached_trainer(module) is trainer
-    assert logger_step(trainer) == trainer.global_step == 3, "Lightning: the logger step moved"
+    assert logger_step(trainer) == trainer.global_step == 5, "Lightning: the logger step moved"
+    # 3 batches an epoch: what a mid-epoch checkpoint's loader state and the sampler read
+    expected = [(e, b, e, b + 1) for e, b in ((0, 0), (0, 1), (0, 2), (1, 0), (1, 1))]
+    assert Progress.seen == expected, (
+        f"Lightning: the fit loop's epoch_progress / batch_progress counts moved: {Progress.seen}"
+    )
     assert opened_experiment(logger) is not None and close_experiment(logger) is not None
     assert opened_experiment(logger) is None
 
@@ -101,3 +116,41 @@ def test_optuna_trial_by_number(tmp_path):
     assert trial._trial_id == asked[1]._trial_id, "Optuna: the storage's trial lookup changed"
     trial.report(0.5, step=0)
     assert study.trials[1].intermediate_values == {0: 0.5}
+
+
+def test_lightning_mlflow_run_opened(tmp_path):
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    from experiments.compat.lightning import mlflow_run_opened
+
+    logger = MLFlowLogger(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert mlflow_run_opened(logger) is False, "Lightning: MLFlowLogger._initialized changed"
+    assert logger.run_id  # the public handle starts the run
+    assert mlflow_run_opened(logger) is True, "Lightning: MLFlowLogger._initialized changed"
+
+
+def test_torch_dynamo_error_switch_and_graph_breaks():
+    import torch
+
+    from experiments.compat.torch import clear_graph_breaks, graph_breaks, suppress_dynamo_errors
+
+    before = suppress_dynamo_errors(True)
+    try:
+        assert suppress_dynamo_errors(True) is True, "torch: _dynamo.config.suppress_errors moved"
+    finally:
+        suppress_dynamo_errors(before)
+
+    def branchy(x):
+        if x.sum() > 0:  # data-dependent: Dynamo breaks the graph here
+            return x * 2
+        return x - 1
+
+    clear_graph_breaks()
+    assert graph_breaks() == {}
+    torch.compile(branchy, backend="eager")(torch.ones(3))
+    reasons = graph_breaks()
+    assert sum(reasons.values()) >= 1, (
+        f"torch: Dynamo no longer counts graph breaks in _dynamo.utils.counters {reasons}"
+    )
+    clear_graph_breaks()
+    assert graph_breaks() == {}

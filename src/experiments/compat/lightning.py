@@ -63,6 +63,19 @@ def logger_step(trainer) -> int:
     return trainer.fit_loop.epoch_loop._batches_that_stepped
 
 
+def epochs_processed(trainer) -> int:
+    """Epochs the fit loop has started processing: unlike ``trainer.current_epoch`` already
+    advanced when a run resumes from an end-of-epoch checkpoint, before Lightning calls the
+    sampler's ``set_epoch``. Private API: the fit loop's ``epoch_progress`` (``_FitLoop``)."""
+    return int(trainer.fit_loop.epoch_progress.current.processed)
+
+
+def batches_processed(trainer) -> int:
+    """Training batches of the current epoch processed so far (what a mid-epoch checkpoint
+    holds). Private API: ``_TrainingEpochLoop.batch_progress``."""
+    return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+
+
 def close_experiment(logger):
     """A logger's experiment handle if it made one (a W&B run), without making one; the
     logger forgets it, so the next job of a sweep starts a new one."""
@@ -75,6 +88,13 @@ def close_experiment(logger):
 def opened_experiment(logger):
     """A logger's experiment handle if it made one, without making one."""
     return getattr(logger, "_experiment", None)
+
+
+def mlflow_run_opened(logger) -> bool:
+    """Whether Lightning's ``MLFlowLogger`` has started (or attached to) its MLflow run; its
+    public ``experiment`` and ``run_id`` would start one. Private API:
+    ``MLFlowLogger._initialized``."""
+    return bool(logger._initialized)
 
 
 class _AppendingWriter(ExperimentWriter):

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from experiments.compat.lightning import batches_processed, epochs_processed
 from experiments.data.samplers import ClassBalancedSampler, EpochShuffleSampler
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def _train_sampler(size: int, trainer, balanced_targets: list[int] | None):
     # the index of the epoch about to run; unlike trainer.current_epoch it is already
     # advanced when a run resumes from an end-of-epoch checkpoint (workers draw the
     # order as soon as the loader is iterated, before Lightning calls set_epoch)
-    epoch = trainer.fit_loop.epoch_progress.current.processed if trainer is not None else 0
+    epoch = epochs_processed(trainer) if trainer is not None else 0
     generator = torch.Generator()  # seeds the workers; re-seeded per epoch by the sampler
     if balanced_targets is not None:
         sampler = ClassBalancedSampler(balanced_targets, torch.initial_seed(), generator)
@@ -190,7 +191,7 @@ def _position(trainer) -> Callable[[], tuple[int, int]] | None:
 
     def position() -> tuple[int, int]:
         """``(epoch, batches of it trained on)``; 0 batches at an epoch's end."""
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        done = batches_processed(trainer)
         if done >= trainer.num_training_batches:
             done = 0
         return trainer.current_epoch, int(done)

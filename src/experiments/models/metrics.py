@@ -154,7 +154,7 @@ def epoch_ends_here(trainer, global_step: int) -> bool:
     if trainer is None:
         return False
     steps = trainer.max_steps
-    last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+    last = trainer.is_last_batch
     return last or (steps is not None and 0 < steps <= global_step + 1)
 
 

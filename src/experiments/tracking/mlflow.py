@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+from argparse import Namespace
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,8 @@ def _logger_class():
     from lightning.pytorch.loggers import MLFlowLogger
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+    from experiments.compat.lightning import mlflow_run_opened
+
     class ExperimentsMLFlowLogger(MLFlowLogger):
         """Lightning's MLflow logger; params keep the config's dotted keys and full values."""
 
@@ -57,16 +60,17 @@ def _logger_class():
 
         @rank_zero_only
         def log_hyperparams(self, params) -> None:
-            from lightning.fabric.utilities.logger import _convert_params
             from mlflow.entities import Param
 
-            flat = flatten_params(_convert_params(params) or {})
+            # Lightning hands a dict or an argparse Namespace (its base class's signature);
+            # log_batch is called as Lightning's own does for a logger built without
+            # ``synchronous`` (as ours always is): MLflow's default
+            plain = vars(params) if isinstance(params, Namespace) else params
+            flat = flatten_params(plain or {})
             items = [Param(key=k, value=v) for k, v in flat.items()]
             for start in range(0, len(items), PARAMS_PER_BATCH):
                 self.experiment.log_batch(
-                    run_id=self.run_id,
-                    params=items[start : start + PARAMS_PER_BATCH],
-                    **self._log_batch_kwargs,
+                    run_id=self.run_id, params=items[start : start + PARAMS_PER_BATCH]
                 )
 
         @rank_zero_only
@@ -75,7 +79,7 @@ def _logger_class():
             epoch's ``<monitor>_best`` and ``best_epoch`` as metrics (``val/acc`` and the
             other per-epoch series keep one point per epoch: their latest is the last
             epoch's), and every value, labelled, in the tag ``summary``."""
-            if not self._initialized:
+            if not mlflow_run_opened(self):  # no run was started: do not start one now
                 return
             kept = {k: float(v) for k, v in summary.items()
                     if k == "best_epoch" or k.endswith("_best")}  # fmt: skip
@@ -89,7 +93,7 @@ def _logger_class():
             """Log the best weights and ``best.json`` as artifacts under ``checkpoints/``."""
             from experiments.runs.layout import weights_file
 
-            if not self._initialized:
+            if not mlflow_run_opened(self):
                 return
             best = weights_file(Path(checkpoint_dir), "best")
             for path in (best, Path(checkpoint_dir) / "best.json"):
