@@ -24,7 +24,7 @@ from experiments.analysis.runs import group_config
 from experiments.analysis.stats import summarize, t_quantile_975
 from experiments.compare import main
 from experiments.errors import UserError
-from tests.conftest import run_cli, run_process
+from tests.helpers import run_inproc, run_process
 
 # ---------------------------------------------------------------- helpers
 
@@ -301,13 +301,13 @@ def assert_one_line_error(res, *named: str) -> None:
 def test_nothing_to_compare_exits_2_in_one_line(tmp_path):
     empty = tmp_path / "empty"
     (empty / "sub").mkdir(parents=True)
-    res = run_cli("-m", "experiments.compare", str(empty), "out=cmp", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.compare", str(empty), "out=cmp", cwd=tmp_path)
     assert_one_line_error(res, "no runs found under", str(empty))
     assert not (tmp_path / "cmp").exists()
 
     torn = write_run(tmp_path / "torn" / "0", config(), {"test/acc": 0.9})
     torn.joinpath("metrics.json").write_text('{"test/ac')
-    res = run_cli("-m", "experiments.compare", str(tmp_path / "torn"), cwd=tmp_path)
+    res = run_inproc("-m", "experiments.compare", str(tmp_path / "torn"), cwd=tmp_path)
     assert_one_line_error(
         res, "no run to compare under", "skipped 1 run:", "metrics.json: not valid JSON"
     )
@@ -321,7 +321,7 @@ def test_nothing_to_compare_exits_2_in_one_line(tmp_path):
 
 
 def test_help_and_imports_stay_light(tmp_path):
-    res = run_cli("-m", "experiments.compare", "--help", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.compare", "--help", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("usage: python -m experiments.compare")
     heavy = "{'torch', 'lightning', 'matplotlib', 'scipy'}"
@@ -337,7 +337,7 @@ def test_help_and_imports_stay_light(tmp_path):
 def sweep(tmp_path_factory, data_dir) -> Path:
     """2 learning rates x 3 seeds, 2 epochs of digits, by the train CLI as one -m sweep."""
     cwd = tmp_path_factory.mktemp("compare_sweep")
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "-m",
@@ -368,7 +368,7 @@ def sweep_metrics(sweep: Path) -> dict[float, list[dict]]:
 
 @pytest.mark.slow
 def test_real_sweep_two_groups_with_numpy_stats(sweep, tmp_path):
-    res = run_cli("-m", "experiments.compare", str(sweep), "out=cmp", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.compare", str(sweep), "out=cmp", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "6 runs in 2 groups" in res.stdout
@@ -465,7 +465,7 @@ def test_welchs_t_and_the_verdict_match_scipy():
 
 @pytest.mark.slow
 def test_real_sweep_gets_a_seed_verdict_and_a_latex_table(sweep, tmp_path):
-    res = run_cli("-m", "experiments.compare", str(sweep), "out=cmp", "--latex", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.compare", str(sweep), "out=cmp", "--latex", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith("Verdict: ")]
     assert "on val/acc" in line and "3 shared seeds" in line  # both lrs ran seeds 0, 1, 2
@@ -524,7 +524,7 @@ def test_hostile_run_files_are_skipped_one_line_each_and_the_rest_compared(tmp_p
     # a dict inside a list with keys of mixed types: compared (it once raised TypeError)
     write_run(root / "mixed-keys", config(extra=[{1: "a", "b": "c"}]), {"test/acc": 0.7})
 
-    res = run_cli("-m", "experiments.compare", str(root), "out=cmp", "metric=test/acc",
+    res = run_inproc("-m", "experiments.compare", str(root), "out=cmp", "metric=test/acc",
                   cwd=tmp_path, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Traceback" not in res.stderr and not marker.exists()

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from experiments.runs.provenance import reproduce_script
-from tests.conftest import run_cli, run_process, train_cli
+from tests.helpers import run_inproc, run_process, train_cli
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ PAYLOAD_IDS = [p[0] for p in _payloads(Path("/m"))]
 @pytest.mark.parametrize("case", PAYLOAD_IDS)
 def test_verify_refuses_a_hostile_saved_override_before_anything_runs(finished, tmp_path, case):
     run, marker, path, named, before = _hostile_copy(finished, tmp_path, case)
-    res = run_cli("-m", "experiments.verify", f"run_dir={run}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.verify", f"run_dir={run}", cwd=tmp_path)
     _one_line_error(res, str(path), named, "refused before anything runs")
     assert "verified" not in res.stdout
     assert not marker.exists() and _files(run) == before
@@ -110,7 +110,7 @@ def test_verify_refuses_a_hostile_saved_override_before_anything_runs(finished, 
 @pytest.mark.parametrize("case", ["hydra-callback", "callback-target-in-value", "flag"])
 def test_resume_refuses_a_hostile_saved_override_and_keeps_the_run(finished, tmp_path, case):
     run, marker, path, named, before = _hostile_copy(finished, tmp_path, case)
-    res = run_cli("-m", "experiments.train", f"resume={run}", "trainer.max_epochs=2",
+    res = run_inproc("-m", "experiments.train", f"resume={run}", "trainer.max_epochs=2",
                   cwd=tmp_path)  # fmt: skip
     _one_line_error(res, str(path), named)
     assert not marker.exists() and _files(run) == before
@@ -137,7 +137,7 @@ def test_resume_of_a_run_with_a_corrupt_file_is_one_line_and_loses_nothing(
     name, text, named = CORRUPT[case]
     (run / name).write_text(text)
     before = _files(run)
-    res = run_cli("-m", "experiments.train", f"resume={run}", "trainer.max_epochs=2",
+    res = run_inproc("-m", "experiments.train", f"resume={run}", "trainer.max_epochs=2",
                   cwd=tmp_path)  # fmt: skip
     _one_line_error(res, str(run / name), named)
     assert _files(run) == before
@@ -161,7 +161,7 @@ def test_verify_of_a_corrupt_run_file_is_one_line_and_never_a_match(finished, tm
     _set_overrides(run, ["trainer.max_epochs=not-a-number"])
     name, text, named = VERIFY_CORRUPT[case]
     (run / name).write_text(text)
-    res = run_cli("-m", "experiments.verify", f"run_dir={run}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.verify", f"run_dir={run}", cwd=tmp_path)
     _one_line_error(res, str(run / name), named)
     assert "verified" not in res.stdout
 
@@ -174,7 +174,7 @@ def test_verify_never_matches_weights_it_did_not_compare(finished, tmp_path):
     run = _copy(finished, tmp_path)
     best = RunDir(run).best_weights
     save_file({}, best)  # a valid weights file with no tensors: nothing to compare
-    res = run_cli("-m", "experiments.verify", f"run_dir={run}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.verify", f"run_dir={run}", cwd=tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr[-2000:]
     assert "NOT verified" in res.stdout, res.stdout
     assert f"{best.name}: holds no tensors to compare" in res.stdout, res.stdout
@@ -218,7 +218,7 @@ def test_reproduce_sh_runs_exactly_the_overrides_of_a_real_run(tmp_path, data_di
     tag = HOSTILE_TAG.format(m=marker)
     tags = f"tags=['{tag}']"
     run = tmp_path / "run"
-    res = run_cli("-m", "experiments.train", "debug=fast", tags, f"paths.data_dir={data_dir}",
+    res = run_inproc("-m", "experiments.train", "debug=fast", tags, f"paths.data_dir={data_dir}",
                   f"hydra.run.dir={run}", cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     script = run / "reproduce.sh"
@@ -290,7 +290,7 @@ def test_resume_continues_in_its_own_folder_whatever_the_saved_output_dir(finish
     elsewhere = tmp_path / "elsewhere"
     saved = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
     _set_overrides(run, [*saved, f"paths.output_dir={elsewhere}"])
-    res = run_cli("-m", "experiments.train", f"resume={run}", "trainer.max_epochs=2",
+    res = run_inproc("-m", "experiments.train", f"resume={run}", "trainer.max_epochs=2",
                   cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads((run / "metrics.json").read_text())["epochs"] == 2

@@ -17,8 +17,7 @@ from experiments.errors import UserError
 from experiments.eval import evaluate
 from experiments.predict import predict
 from experiments.runs.layout import RunDir
-from tests.conftest import REPO, run_cli, train_cli
-from tests.helpers import Payload
+from tests.helpers import REPO, Payload, run_inproc, train_cli
 from tests.test_eval import assert_one_line_error, edit_config, train_once
 
 
@@ -167,7 +166,7 @@ def test_a_yaml_alias_bomb_in_the_saved_config_is_one_line_and_fast(run, tmp_pat
                      for ln in lines)  # fmt: skip
     (run / ".hydra" / "config.yaml").write_text(bomb + "\n")
     start = time.perf_counter()
-    res = run_cli("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path)
     assert_one_line_error(res, "aliases expand to more than")
     assert time.perf_counter() - start < 60
 
@@ -184,7 +183,7 @@ def test_eval_and_predict_check_override_types_and_bounds(run, images, tmp_path,
                                                           named):  # fmt: skip
     out = tmp_path / "out.csv"
     extra = [f"input={images}", f"output={out}"] if command == "predict" else []
-    res = run_cli("-m", f"experiments.{command}", f"run_dir={run}", *extra,
+    res = run_inproc("-m", f"experiments.{command}", f"run_dir={run}", *extra,
                   f"data.batch_size={value}", cwd=tmp_path)  # fmt: skip
     assert_one_line_error(res, named)
     assert not out.exists()
@@ -196,7 +195,7 @@ def test_eval_and_predict_check_override_types_and_bounds(run, images, tmp_path,
 def test_predict_output_may_not_replace_a_file_of_the_run(run, images, tmp_path, name):
     target = RunDir(run).best_weights if name == "best weights" else run / name
     before = target.read_bytes()
-    res = run_cli("-m", "experiments.predict", f"run_dir={run}", f"input={images}",
+    res = run_inproc("-m", "experiments.predict", f"run_dir={run}", f"input={images}",
                   f"output={target}", cwd=tmp_path)  # fmt: skip
     assert_one_line_error(res, "a file of the run")
     assert target.read_bytes() == before
@@ -214,7 +213,7 @@ def test_eval_writes_no_statistics_outside_the_run(tmp_path, data_dir):
     run = Path(shutil.copytree(REPO / "tests" / "data" / "run_2026_12_04_cnn", tmp_path / "r"))
     (run / "data_stats.json").unlink()  # mean=auto: eval would compute and write them
     outside = tmp_path / "elsewhere" / "stats.json"
-    res = run_cli("-m", "experiments.eval", f"run_dir={run}", f"paths.data_dir={data_dir}",
+    res = run_inproc("-m", "experiments.eval", f"run_dir={run}", f"paths.data_dir={data_dir}",
                   f"data.stats_file={outside}", cwd=tmp_path)  # fmt: skip
     assert_one_line_error(res, "is outside the run folder")
     assert not outside.exists() and not outside.parent.exists()

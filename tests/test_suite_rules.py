@@ -1,19 +1,15 @@
 """Rules that keep the suite from flaking on a busy machine: no test waits a guessed time,
-and every process a test starts is bounded and reported (``conftest.run_process``)."""
+and every process a test starts is bounded and reported (``helpers.run_process``)."""
 
 from __future__ import annotations
 
 import re
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 TESTS = REPO / "tests"
 # file -> calls allowed there, each with why it does not wait for a guessed duration
 ALLOWED = {
-    "conftest.py": {
-        "subprocess.Popen": "run_process itself: communicate with a time limit",
-        "subprocess.run": "named in run_process's docstring",
-    },
     "slurm_cluster.py": {
         "subprocess.run": "the cluster's daemons and commands, each with a time limit",
         "time.sleep": "polls a job's state against a deadline (wait_job)",
@@ -23,14 +19,17 @@ ALLOWED = {
         "time.sleep": "polls for a job's first checkpoint against a deadline",
     },
     "test_faults.py": {"subprocess.Popen": "a lock holder that waits on its stdin until killed"},
-    "warm.py": {"subprocess.Popen": "the warm server: its start and every run have a deadline"},
     "test_unwritable.py": {"subprocess.run": "mount/umount a tmpfs, each with a time limit"},
-    "helpers.py": {"time.sleep": "Rendezvous polls for other runs' files against a deadline"},
+    "helpers.py": {
+        "subprocess.Popen": "run_process itself: communicate with a time limit",
+        "subprocess.run": "named in run_process's docstring",
+        "time.sleep": "Rendezvous polls for other runs' files against a deadline; Started "
+        "makes a job's step slow on purpose, to be killed in",
+    },
     "test_reliability.py": {"time.sleep": "after the writer has saved: where a kill lands"},
     "test_state_dict_checkpoint.py": {
         "time.sleep": "after the writer has saved: where a kill lands"
     },
-    "sweep_fault_helpers.py": {"time.sleep": "a job's step made slow on purpose, to be killed in"},
     "test_sweep_faults.py": {"time.sleep": "polls for a worker's files/exit against a deadline"},
     "test_ray.py": {"time.sleep": "polls for the running jobs before SIGTERM, against a deadline"},
     "test_supply_chain.py": {"subprocess.run": "pip --no-index on a local wheel, time-limited"},
@@ -50,7 +49,7 @@ def test_waits_and_processes_only_where_reviewed():
         unexpected = calls - set(ALLOWED.get(path.name, {}))
         if unexpected:
             found[path.name] = sorted(unexpected)
-    assert found == {}, "use conftest.run_process / wait on an event instead"
+    assert found == {}, "use helpers.run_process / wait on an event instead"
 
 
 def test_no_test_asserts_a_rate_or_a_duration():
