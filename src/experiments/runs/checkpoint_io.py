@@ -14,7 +14,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write
-from experiments.runs.layout import PREVIOUS_SUFFIX
+from experiments.runs.layout import LAST_CKPT, PREVIOUS_SUFFIX
 from experiments.runs.weights import safe_load
 
 log = logging.getLogger(__name__)
@@ -82,9 +82,10 @@ def first_loadable(candidates: Iterable[Path]) -> tuple[Path, dict] | None:
     return None
 
 
-def newest_valid_checkpoint(last: Path) -> tuple[Path, dict] | None:
-    """The newest loadable of ``last`` (a run's ``RunDir.last_ckpt``) and its ``.prev``."""
-    last = Path(last)
+def newest_valid_checkpoint(folder: Path) -> tuple[Path, dict] | None:
+    """The newest loadable of ``last.ckpt`` and its ``.prev`` in ``folder`` (a run's
+    ``RunDir.checkpoints``)."""
+    last = Path(folder) / LAST_CKPT
     return first_loadable([last, last.with_name(last.name + PREVIOUS_SUFFIX)])
 
 

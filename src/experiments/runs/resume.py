@@ -165,7 +165,7 @@ def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
                 f"resume={run_dir} or choose another hydra.run.dir"
             )
         return None
-    found = newest_valid_checkpoint(run.last_ckpt)
+    found = newest_valid_checkpoint(run.checkpoints)
     hpc = first_loadable(run.hpc_checkpoints())  # Lightning's SIGUSR1 (SLURM requeue) one
     if hpc is not None and (found is None or hpc[0].stat().st_mtime > found[0].stat().st_mtime):
         found = hpc
