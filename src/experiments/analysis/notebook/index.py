@@ -1,0 +1,556 @@
+"""Every run folder under an outputs folder, read once into a flat record and cached.
+
+A record holds what the notebook shows and queries: status (finished, running, failed,
+broken) and why, kind (a single run, a sweep's job, a cross-validated run), tags and note,
+start time and duration, the overrides and the group choices (``data=digits``), the grouping
+config (compare's rule: ``analysis.runs.group_config``), the metrics at the run's selected
+epoch and a few learning curves.
+
+The cache (``<outputs>/.runs-index.json``) keys each record by the ``(mtime, size)`` of every
+file it was read from: a folder whose files changed is read again, the others are not
+opened. A running run is read afresh each time and never cached (its files are still being
+written, and whether its process lives is not in any file). Config texts shared by many runs
+(a sweep's jobs differ in a few lines) are parsed once per distinct text.
+
+Every file here is data handed to us: it is read through ``experiments.runs.files``; what is
+wrong with one (corrupt, missing, the wrong shape) is that run's ``reason``, never an
+exception that stops the listing.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import re
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from experiments.analysis.notebook.notes import NOTES_FILE, launch_tags, merge_tags, read_notes
+from experiments.analysis.runs import Run, group_config, printable, replicates, select
+from experiments.errors import UserError, one_line
+from experiments.runs.files import atomic_write, parse_yaml, read_json, read_text
+from experiments.runs.layout import FOLD_PREFIX, METRICS, RunDir, SweepDir, sidecar_epoch
+
+log = logging.getLogger(__name__)
+
+# the cache beside the runs (a dot file: compare and the manifest walk past it)
+INDEX_FILE = ".runs-index.json"
+INDEX_VERSION = 1
+MAX_INDEX_BYTES = 256 * 1024 * 1024
+# Hydra's own record of the run (the group choices live there). It belongs in runs/layout.py
+# as RunDir.hydra_runtime; spelled here until that module has it.
+HYDRA_RUNTIME = "hydra.yaml"
+STATUSES = ("finished", "running", "failed", "broken")
+KINDS = ("run", "job", "cv")
+# metrics.json numbers that are not stage/name metrics but belong in the table
+PLAIN_METRICS = ("wall_time_s", "params", "epochs")
+CURVES = ("val/acc", "val/loss", "train/loss")  # + each run's optimized metric
+MAX_CURVE_POINTS = 400
+_SEED_LINE = re.compile(r"^seed:([^\n]*)\n?", re.M)
+_CHOICES = re.compile(r"^(?P<indent> +)choices:\n(?P<body>(?:(?P=indent) +[^\n]*\n)*)", re.M)
+
+
+def is_metric(name: str) -> bool:
+    """A metric the index keeps: ``stage/name`` (not per class: ``val/recall/3``; not a
+    cross-validation spread: ``*_std``), or one of ``PLAIN_METRICS``."""
+    if name in PLAIN_METRICS:
+        return True
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.endswith("_std")
+
+
+def number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) else None
+
+
+def run_files(run: RunDir) -> dict[str, Path]:
+    """The files a record is read from (their mtime and size key the cache)."""
+    return {
+        "metrics": run.metrics,
+        "config": run.saved_config,
+        "overrides": run.saved_overrides,
+        "hydra": run.saved_config.with_name(HYDRA_RUNTIME),
+        "best": run.best_json,
+        "csv": run.csv_metrics,
+        "job": SweepDir.job_file(run.path),
+        "notes": run.path / NOTES_FILE,
+        "lock": run.lock_file,
+    }
+
+
+def signature(files: dict[str, Path]) -> list:
+    sig = []
+    for path in files.values():
+        try:
+            st = os.stat(path)
+            sig.append([st.st_mtime_ns, st.st_size])
+        except OSError:
+            sig.append(None)
+    return sig
+
+
+def walk(root: Path) -> Iterator[tuple[Path, set[str]]]:
+    """``(run folder, its entry names)`` under ``root`` (``root`` itself when it is a run),
+    depth first in name order; nothing inside a run is searched (its folds, checkpoints)."""
+    todo = [root]
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        names = {e.name for e in entries}
+        if RunDir.looks_like_run(names):
+            yield folder, names
+            continue
+        subs = [Path(e.path) for e in entries if not e.name.startswith(".") and _is_dir(e)]
+        todo.extend(reversed(subs))
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+class Reader:
+    """Reads run folders into records, parsing each distinct config text once."""
+
+    def __init__(self) -> None:
+        self.configs: dict[str, dict] = {}  # id -> {"config", "replicates", "optimized", "tags"}
+        self._by_text: dict[str, str] = {}
+        self._choices: dict[str, dict] = {}
+
+    def read(self, folder: Path, names: set[str], rel: str) -> dict[str, Any]:
+        run = RunDir(folder)
+        record: dict[str, Any] = {
+            "name": rel, "kind": _kind(folder, names), "status": "finished", "reason": "",
+            "tags": [], "note": "", "start": None, "duration_s": None, "overrides": [],
+            "choices": {}, "config_id": None, "seed": None, "metrics": {}, "epoch": None,
+            "curves": {},
+        }  # fmt: skip
+        reasons: list[str] = []
+        running = _holder(run)
+        if running:
+            record["status"] = "running"
+            reasons.append(running)
+        record["start"] = _mtime(run.saved_overrides) or _mtime(run.saved_config)
+        config = self._config(run, record, reasons, running)
+        self._metrics(run, record, reasons, running)
+        try:
+            notes = read_notes(folder)
+        except UserError as err:
+            notes = {}
+            reasons.append(_local(one_line(err), folder))
+        launched = config["tags"] if config else []
+        record["tags"], record["note"] = merge_tags(launched, notes), notes.get("note", "")
+        try:
+            record["overrides"] = _overrides(run)
+        except UserError as err:
+            reasons.append(_local(one_line(err), folder))
+        record["choices"] = self._group_choices(run, reasons)
+        if record["start"] is not None and record["status"] == "running":
+            record["duration_s"] = round(time.time() - record["start"], 3)
+        record["reason"] = printable("; ".join(reasons))
+        return record
+
+    # -- the parts of a record
+
+    def _config(self, run: RunDir, record: dict, reasons: list[str], running: str) -> dict | None:
+        if not run.saved_config.is_file():
+            if not running:
+                record["status"] = "broken"
+            reasons.append("no .hydra/config.yaml")
+            return None
+        try:
+            text = read_text(run.saved_config)
+            seed_line = _SEED_LINE.search(text)
+            if seed_line:
+                record["seed"] = _scalar(seed_line.group(1))
+            dirs = [str(run.path), str(run.path.resolve())]
+            key = text[: seed_line.start()] + text[seed_line.end() :] if seed_line else text
+            cacheable = not any(d in text for d in dirs)
+            config_id = self._by_text.get(key) if cacheable else None
+            if config_id is None:
+                config_id = self._parse(text, run, dirs, key if cacheable else None)
+            record["config_id"] = config_id
+            found = self.configs[config_id]
+            if record["seed"] is None:
+                record["seed"] = found["replicates"].get("seed")
+            return found
+        except (UserError, RecursionError) as err:
+            why = "nested too deeply" if isinstance(err, RecursionError) else one_line(err)
+            if running:  # Hydra may be writing it this instant: read it next time
+                reasons.append(f"config being written ({_local(why, run.path)})")
+            else:
+                record["status"] = "broken"
+                reasons.append(_local(why, run.path))
+            return None
+
+    def _parse(self, text: str, run: RunDir, dirs: list[str], key: str | None) -> str:
+        config = parse_yaml(text, str(run.saved_config))
+        if not isinstance(config, dict):
+            raise UserError(".hydra/config.yaml does not hold a mapping of config keys")
+        flat = group_config(config, dirs)
+        optimized = [config.get("optimized_metric"), config.get("optimized_mode")]
+        found = {
+            "config": {k: _plain(v) for k, v in flat.items()},
+            "replicates": {k: _plain(v) for k, v in replicates(config).items()},
+            "optimized": [v if isinstance(v, str) else None for v in optimized],
+            "tags": launch_tags(config),
+        }
+        config_id = hashlib.sha1((key or text).encode()).hexdigest()[:16]
+        self.configs[config_id] = found
+        if key is not None:
+            self._by_text[key] = config_id
+        return config_id
+
+    def _metrics(self, run: RunDir, record: dict, reasons: list[str], running: str) -> None:
+        if not run.metrics.is_file():
+            if not running:
+                failed = _failed_job(run)
+                record["status"] = "failed" if failed else "broken"
+                reasons.append(failed or _unfinished(run))
+            return
+        try:
+            metrics = read_json(run.metrics, kind=dict)
+            best = read_json(run.best_json, {}, kind=dict)
+        except UserError as err:
+            record["status"] = "broken"
+            reasons.append(_local(one_line(err), run.path))
+            return
+        if record["status"] == "running":  # a finished run whose lock was not let go yet
+            record["status"] = "finished"
+            reasons.clear()
+        selected = {k: number(v) for k, v in metrics.items() if is_metric(k)}
+        at_best = best.get("metrics") if isinstance(best.get("metrics"), dict) else None
+        if at_best is not None:  # the selected epoch's validation metrics, as best.json has them
+            selected.update({k: number(v) for k, v in at_best.items() if is_metric(k)})
+        elif best:  # an older run: compare's reading (best.json's value, else the csv row)
+            old = Run(run.path, metrics, {}, best=best)
+            for k in [k for k in selected if k.startswith("val/")]:
+                value = select(old, k)
+                selected[k] = None if isinstance(value, str) else value.value
+        record["metrics"] = {k: v for k, v in selected.items() if v is not None}
+        try:
+            record["epoch"] = sidecar_epoch(best) if best else _int(metrics.get("epochs"))
+        except (TypeError, ValueError, OverflowError):
+            record["epoch"] = None
+        record["duration_s"] = number(metrics.get("wall_time_s"))
+        wanted = [*CURVES]
+        config = self.configs.get(record["config_id"] or "")
+        if config and config["optimized"][0] and config["optimized"][0] not in wanted:
+            wanted.insert(0, config["optimized"][0])
+        record["curves"] = read_curves(run, wanted)
+
+    def _group_choices(self, run: RunDir, reasons: list[str]) -> dict[str, str]:
+        path = run.saved_config.with_name(HYDRA_RUNTIME)
+        try:
+            text = read_text(path)
+        except UserError:
+            return {}  # an older or hand-made run without it: no choices to show
+        block = _CHOICES.search(text)
+        if block is None:
+            return {}
+        body = block.group("body")
+        if body not in self._choices:
+            try:
+                data = parse_yaml(body, f"{path} (runtime.choices)")
+            except UserError as err:
+                reasons.append(_local(one_line(err), run.path))
+                data = {}
+            data = data if isinstance(data, dict) else {}
+            self._choices[body] = {
+                str(k): str(v)
+                for k, v in data.items()
+                if "/" not in str(k)
+                and isinstance(v, str | int | float)
+                and k not in ("hydra", "paths")
+            }
+        return dict(self._choices[body])
+
+
+def read_curves(run: RunDir, columns: list[str]) -> dict[str, list[list[float]]]:
+    """``{column: [[epoch, value], ...]}`` (1-based epochs; an epoch's last row wins) from the
+    CSV logger's file; a line still being written (no newline yet) is left out."""
+    try:
+        text = read_text(run.csv_metrics)
+    except UserError:
+        return {}
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = next(reader)
+        at = {c: header.index(c) for c in columns if c in header}
+        ep = header.index("epoch")
+    except (StopIteration, ValueError, csv.Error):
+        return {}
+    curves: dict[str, dict[int, float]] = {c: {} for c in at}
+    try:
+        for row in reader:
+            if len(row) != len(header) or not row[ep]:
+                continue
+            epoch = int(float(row[ep])) + 1  # Lightning counts from 0
+            for column, i in at.items():
+                value = _float(row[i])
+                if value is not None:
+                    curves[column][epoch] = value
+    except (csv.Error, ValueError, OverflowError):
+        pass  # keep what was read before the bad row
+    out = {}
+    for column, points in curves.items():
+        pairs = sorted(points.items())
+        if len(pairs) > MAX_CURVE_POINTS:  # a long run: every k-th epoch and the last
+            step = math.ceil(len(pairs) / MAX_CURVE_POINTS)
+            pairs = pairs[::step] + ([pairs[-1]] if (len(pairs) - 1) % step else [])
+        if pairs:
+            out[column] = [[e, round(v, 6)] for e, v in pairs]
+    return out
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _int(value: Any) -> int | None:
+    n = number(value)
+    return int(n) if n is not None else None
+
+
+def _kind(folder: Path, names: set[str]) -> str:
+    if any(n.startswith(FOLD_PREFIX) and n[len(FOLD_PREFIX) :].isdigit() for n in names):
+        return "cv"
+    if SweepDir.job_file(folder).name in names or SweepDir(folder.parent).sweep_file.is_file():
+        return "job"
+    return "run"
+
+
+def _holder(run: RunDir) -> str:
+    """Why the run counts as running (a live process holds its lock), else ''. Only read:
+    taking the lock, even shared and at once let go, could refuse a trainer starting now."""
+    try:
+        with open(run.lock_file, "rb") as f:
+            raw = f.read(4096)
+    except OSError:
+        return ""
+    if not raw.strip():
+        return ""  # let go (the trainer empties it when it ends)
+    try:
+        holder = json.loads(raw)
+    except ValueError:
+        holder = None
+    if not isinstance(holder, dict):
+        return "its lock is held (holder unreadable)"
+    pid, host = holder.get("pid"), holder.get("host")
+    if host == socket.gethostname() and isinstance(pid, int) and not _alive(pid):
+        return ""  # the process that held it is gone: killed, not running
+    since = holder.get("started")
+    return printable(f"training: pid {pid} on {host}, since {since}")[:200]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def _failed_job(run: RunDir) -> str:
+    try:
+        job = read_json(SweepDir.job_file(run.path), None)
+    except UserError as err:
+        return f"no {METRICS}, and {_local(one_line(err), run.path)}"
+    if isinstance(job, dict) and job.get("status") in ("failed", "interrupted"):
+        error = job.get("error")
+        why = one_line(Exception(error), last=True) if isinstance(error, str) else None
+        return f"the job {job['status']} ({why or 'no error recorded'})"
+    return ""
+
+
+def _unfinished(run: RunDir) -> str:
+    if run.resumable():
+        return (
+            f"no {METRICS} and no process training it: stopped before the end (continue: "
+            f"python -m experiments.train resume={run.path})"
+        )
+    return f"no {METRICS} and no process training it (stopped before its first checkpoint)"
+
+
+def _overrides(run: RunDir) -> list[str]:
+    from experiments.runs.files import read_yaml
+
+    data = read_yaml(run.saved_overrides, [], kind=list)
+    return [str(o) for o in data if isinstance(o, str | int | float)]
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def _local(reason: str, folder: Path) -> str:
+    """A reason without the run's own folder in front (the listing names the folder)."""
+    for prefix in (str(folder), str(folder.resolve())):
+        if reason.startswith(prefix + os.sep):
+            return reason[len(prefix) + 1 :]
+    return reason
+
+
+def _scalar(text: str) -> Any:
+    try:
+        value = parse_yaml(text, "seed")
+    except UserError:
+        return text.strip()
+    return _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    """A config value as JSON can hold it (YAML dates and odd keys as text)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)
+
+
+# ---------------------------------------------------------------- the index
+
+
+class Index:
+    """The records of every run under ``root`` and the configs they share.
+
+    Attributes:
+        root: the folder given.
+        records: one dict per run folder, in walk order (see the module docstring).
+        configs: ``config_id -> {"config", "replicates", "optimized", "tags"}``.
+        read: how many folders were read from disk this time (the rest came from the cache).
+    """
+
+    def __init__(self, root: Path, records: list[dict], configs: dict[str, dict], read: int):
+        self.root, self.records, self.configs, self.read = root, records, configs, read
+
+    def config(self, record: dict) -> dict:
+        return self.configs.get(record.get("config_id") or "", {}) or {}
+
+
+def build(root: str | os.PathLike, cache: bool = True) -> Index:
+    """Index every run folder under ``root``, reusing the cache where no file changed.
+
+    Args:
+        root: an outputs folder (or any folder above runs), a sweep folder or one run folder.
+        cache: read and write ``<root>/.runs-index.json`` (never inside a run folder).
+
+    Raises:
+        UserError: ``root`` is not a folder.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        what = "no such folder" if not root.exists() else "not a folder"
+        raise UserError(f"{root}: {what}; give an outputs folder, a sweep or a run folder")
+    try:
+        is_run = RunDir.looks_like_run({e.name for e in os.scandir(root)})
+    except OSError as err:
+        raise UserError(f"{root}: cannot list it ({err.strerror})") from None
+    cache_file = root / INDEX_FILE if cache and not is_run else None
+    old_entries, old_configs = _load(cache_file) if cache_file else ({}, {})
+    reader = Reader()
+    entries: dict[str, dict] = {}
+    records, configs, read = [], {}, 0
+    for folder, names in walk(root):
+        rel = folder.relative_to(root).as_posix()
+        files = run_files(RunDir(folder))
+        sig = signature(files)
+        old = old_entries.get(rel)
+        if old is not None and old.get("sig") == sig and _usable(old, old_configs):
+            record = old["record"]
+            if record["config_id"]:
+                configs[record["config_id"]] = old_configs[record["config_id"]]
+        else:
+            record = reader.read(folder, names, rel)
+            read += 1
+            if record["config_id"]:
+                configs[record["config_id"]] = reader.configs[record["config_id"]]
+        if record["status"] != "running":
+            entries[rel] = {"sig": sig, "record": record}
+        records.append(record)
+    if cache_file is not None and (read or set(entries) != set(old_entries)):
+        _save(cache_file, entries, configs)
+    return Index(root, records, configs, read)
+
+
+def _load(path: Path) -> tuple[dict, dict]:
+    """The cache's entries and configs; anything unreadable is an empty cache (it is ours to
+    rebuild, and a file in someone's outputs folder is not trusted: each entry is checked)."""
+    if not path.is_file():
+        return {}, {}
+    try:
+        data = json.loads(read_text(path, MAX_INDEX_BYTES))
+    except (UserError, ValueError, RecursionError) as err:
+        log.warning("%s: %s; reading every run again", path, one_line(err))
+        return {}, {}
+    if not isinstance(data, dict) or data.get("version") != INDEX_VERSION:
+        return {}, {}
+    entries, configs = data.get("entries"), data.get("configs")
+    if not isinstance(entries, dict) or not isinstance(configs, dict):
+        return {}, {}
+    return entries, configs
+
+
+_TYPES = {
+    "name": str, "kind": str, "status": str, "reason": str, "tags": list, "note": str,
+    "overrides": list, "choices": dict, "metrics": dict, "curves": dict,
+}  # fmt: skip
+
+
+def _usable(entry: Any, configs: dict) -> bool:
+    """A cached entry has the shape ``Reader.read`` gives (else the folder is read again)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
+        return False
+    record = entry["record"]
+    if any(not isinstance(record.get(k), t) for k, t in _TYPES.items()):
+        return False
+    if record["status"] not in STATUSES or record["kind"] not in KINDS:
+        return False
+    if not all(isinstance(v, int | float) for v in record["metrics"].values()):
+        return False
+    config_id = record.get("config_id")
+    if config_id is not None:
+        found = configs.get(config_id)
+        if not isinstance(found, dict) or not isinstance(found.get("config"), dict):
+            return False
+        if not isinstance(found.get("optimized"), list) or not isinstance(found.get("tags"), list):
+            return False
+    return True
+
+
+def _save(path: Path, entries: dict, configs: dict) -> None:
+    data = {"version": INDEX_VERSION, "entries": entries, "configs": configs}
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    try:
+        atomic_write(path, lambda f: f.write(text.encode()))
+    except OSError as err:  # a read-only outputs folder: the listing still works, uncached
+        log.info("not caching the run index: %s", one_line(err))

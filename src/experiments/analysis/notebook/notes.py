@@ -1,0 +1,171 @@
+"""Tags and a note kept with the run: a small JSON file in the run folder, written atomically
+(``runs.files.write_json``), so a copied or moved run keeps them and no database is needed.
+
+Tags given at launch (``tags=[a,b]``, saved in ``.hydra/config.yaml``) count too; removing one
+of those records it in the file (the saved config is never rewritten: it is what the run ran).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from experiments.errors import UserError, one_line
+from experiments.runs.files import read_json_object, read_yaml, write_json
+from experiments.runs.layout import RunDir
+
+# the file this package adds to a run folder (a user's annotation, not an artifact of the
+# run). It belongs in runs/layout.py as RunDir.notes; spelled here until that module has it.
+NOTES_FILE = "notes.json"
+TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+MAX_NOTE_CHARS = 20_000
+
+
+def notes_file(run_dir: str | os.PathLike) -> Path:
+    """Where a run's tags and note live: ``<run>/notes.json``."""
+    return RunDir(Path(run_dir)).path / NOTES_FILE
+
+
+def read_notes(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """``{"tags": [...], "untagged": [...], "note": str}`` of a run (empty when it has none).
+
+    Raises:
+        UserError: the file is corrupt or holds fields of the wrong type (one line naming it).
+    """
+    path = notes_file(run_dir)
+    data = read_json_object(path)
+    found = {"tags": [], "untagged": [], "note": ""}
+    for key in ("tags", "untagged"):
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+            raise UserError(f"{path}: {key} must be a list of strings; fix or delete the file")
+        found[key] = value
+    note = data.get("note", "")
+    if not isinstance(note, str):
+        raise UserError(f"{path}: note must be a string; fix or delete the file")
+    found["note"] = note
+    return found
+
+
+def launch_tags(config: Any) -> list[str]:
+    """The ``tags`` of a saved config (``tags=[a,b]`` at launch); strings only, in order."""
+    tags = config.get("tags") if isinstance(config, dict) else None
+    if isinstance(tags, str):
+        return [tags]
+    return (
+        [str(t) for t in tags if isinstance(t, str | int | float)] if isinstance(tags, list) else []
+    )
+
+
+def merge_tags(launched: list[str], notes: dict[str, Any]) -> list[str]:
+    """Launch tags, then added ones, less the removed ones; each once, in that order."""
+    removed = set(notes.get("untagged", []))
+    merged: list[str] = []
+    for tag in [*launched, *notes.get("tags", [])]:
+        if tag not in removed and tag not in merged:
+            merged.append(tag)
+    return merged
+
+
+def read_tags(run_dir: str | os.PathLike) -> list[str]:
+    """A run's tags: those given at launch (its saved config) and those added since with
+    ``experiments-runs tag``, less those removed. A missing or unreadable file counts as no
+    tags (a warning is the caller's business: this is for showing tags beside other things,
+    e.g. in compare, the sweep summary or the model card).
+
+    Args:
+        run_dir: the run folder.
+
+    Returns:
+        The tags, each once, launch tags first.
+    """
+    run = RunDir(Path(run_dir))
+    try:
+        config = read_yaml(run.saved_config, {})
+    except UserError:
+        config = {}
+    try:
+        notes = read_notes(run.path)
+    except UserError:
+        notes = {}
+    return merge_tags(launch_tags(config), notes)
+
+
+def require_run(run_dir: str | os.PathLike) -> RunDir:
+    """``run_dir`` as a RunDir when it is a run folder (it holds ``metrics.json`` or
+    ``.hydra``); anything else is refused before a file is written there.
+
+    Raises:
+        UserError: a missing path, a file, or a folder that is not a run (a sweep, outputs).
+    """
+    path = Path(run_dir)
+    if not path.is_dir():
+        what = "no such folder" if not path.exists() else "a file, not a run folder"
+        raise UserError(f"{path}: {what}; give a run folder (it holds .hydra/ or metrics.json)")
+    try:
+        names = {e.name for e in os.scandir(path)}
+    except OSError as err:
+        raise UserError(f"{path}: cannot list it ({err.strerror})") from None
+    if not RunDir.looks_like_run(names):
+        raise UserError(
+            f"{path}: not a run folder (no .hydra/ and no metrics.json in it); tags and notes "
+            f"go on one run, e.g. a sweep's <sweep>/0"
+        )
+    return RunDir(path)
+
+
+def check_tag(tag: str) -> str:
+    if not TAG.fullmatch(tag):
+        raise UserError(
+            f"tag {tag!r}: use 1-64 letters, digits and _ . + - (starting with a letter or digit)"
+        )
+    return tag
+
+
+def _write(run: RunDir, notes: dict[str, Any]) -> None:
+    notes = {**notes, "updated": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    try:
+        write_json(notes_file(run.path), notes)
+    except OSError as err:
+        raise UserError(f"{notes_file(run.path)}: cannot write it ({one_line(err)})") from None
+
+
+def tag(run_dir: str | os.PathLike, add: list[str] = (), remove: list[str] = ()) -> list[str]:
+    """Add and remove tags of a run; returns its tags after the change.
+
+    Raises:
+        UserError: not a run folder, a malformed tag, or a corrupt notes file.
+    """
+    run = require_run(run_dir)
+    add, remove = [check_tag(t) for t in add], [check_tag(t) for t in remove]
+    notes = read_notes(run.path)
+    for t in add:
+        if t not in notes["tags"]:
+            notes["tags"].append(t)
+        if t in notes["untagged"]:
+            notes["untagged"].remove(t)
+    for t in remove:
+        if t in notes["tags"]:
+            notes["tags"].remove(t)
+        if t not in notes["untagged"]:
+            notes["untagged"].append(t)
+    _write(run, notes)
+    return read_tags(run.path)
+
+
+def note(run_dir: str | os.PathLike, text: str) -> str:
+    """Set a run's note (an empty text clears it); returns the note written.
+
+    Raises:
+        UserError: not a run folder, a note too long, or a corrupt notes file.
+    """
+    run = require_run(run_dir)
+    if len(text) > MAX_NOTE_CHARS:
+        raise UserError(f"the note has {len(text)} characters; at most {MAX_NOTE_CHARS}")
+    notes = read_notes(run.path)
+    notes["note"] = text
+    _write(run, notes)
+    return text
