@@ -50,6 +50,7 @@ PENDING: dict[str, set[str]] = {
     "config/saved.py": {"predictions.csv"},
     "runs/provenance.py": {"git.diff", "reproduce.sh"},
     "tracking/mlflow.py": {"best.json"},
+    "analysis/notebook/notes.py": {"metrics.json"},
 }
 
 
