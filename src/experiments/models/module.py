@@ -45,8 +45,8 @@ class ClassificationModule(L.LightningModule):
             schedule that takes ``total_steps`` always steps every optimizer step).
         label_smoothing: label smoothing of the loss, in [0, 1).
         ema_decay: keep an exponential moving average of the weights with this decay
-            (e.g. 0.999) and validate, test and export it (``best.pt``) instead of the
-            raw weights; None turns it off. It is part of the module's state, so full
+            (e.g. 0.999) and validate, test and export it (``RunDir.best_weights``) instead
+            of the raw weights; None turns it off. It is part of the module's state, so full
             checkpoints carry it and a resume continues it exactly.
         channels_last: train in channels-last memory format (faster convolutions with
             mixed precision on recent GPUs).
@@ -120,7 +120,7 @@ class ClassificationModule(L.LightningModule):
         self.monitor = monitor
         self.ema_decay = None if ema_decay is None else float(ema_decay)
         self.ema = ema_copy(net, ema_decay)
-        # the weights that are validated, tested and exported (best.pt / last.pt)
+        # the weights that are validated, tested and exported (RunDir.best/last_weights)
         self.export_prefix = "ema." if self.ema is not None else "net."
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
