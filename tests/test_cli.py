@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import REPO, run_cli, run_process
+from tests.helpers import REPO, run_inproc, run_process
 
 
 @pytest.mark.slow
@@ -28,7 +28,7 @@ def test_two_runs_at_once_get_their_own_dirs(tmp_path, data_dir):
 
 @pytest.mark.slow
 def test_multirun_makes_one_dir_per_job(tmp_path, data_dir):
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "-m",
@@ -49,7 +49,7 @@ def test_multirun_makes_one_dir_per_job(tmp_path, data_dir):
 def test_a_data_error_inside_training_is_one_line(tmp_path, data_dir):
     # config errors are checked before Hydra runs (see test_reliability's table); this one
     # surfaces only when the data is opened, after torch is loaded
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "data=image_csv",
@@ -77,7 +77,7 @@ def test_a_data_error_inside_training_is_one_line(tmp_path, data_dir):
     ],
 )
 def test_mistakes_before_training_are_one_line_with_the_way_out(tmp_path, args, named):
-    res = run_cli("-m", "experiments.train", *args, cwd=tmp_path)
+    res = run_inproc("-m", "experiments.train", *args, cwd=tmp_path)
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
     assert lines[0].startswith("error: ") and named in lines[0], lines
@@ -132,7 +132,7 @@ def test_a_single_run_composes_its_config_once_and_hydra_writes_the_run_dir(tmp_
 
 
 def test_comma_values_without_multirun_are_one_line(tmp_path):
-    res = run_cli("-m", "experiments.train", "optimizer.lr=0.01,0.1", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.train", "optimizer.lr=0.01,0.1", cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         "error: optimizer.lr=0.01,0.1: a sweep runs with -m (one job per value); for one run "
@@ -145,7 +145,7 @@ def test_the_collector_is_paused_for_start_up_only(tmp_path, data_dir):
     # start-up's ~500k long-lived objects are frozen and the collector is back on for
     # training, in the first job of a sweep run in one process and in the next
     probe = tmp_path / "gc.txt"
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "-m",
@@ -181,7 +181,7 @@ def test_misspelled_keys_and_a_gpu_that_is_not_there(tmp_path, data_dir, args, n
 
     if args == ["trainer=gpu"] and torch.cuda.is_available():
         pytest.skip("a GPU is visible here: trainer=gpu is valid")
-    res = run_cli("-m", "experiments.train", *args, f"paths.data_dir={data_dir}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.train", *args, f"paths.data_dir={data_dir}", cwd=tmp_path)
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.returncode == 2 and lines[-1].startswith("error: "), res.stderr[-2000:]
     assert named in lines[-1] and "Traceback" not in res.stderr

@@ -8,15 +8,14 @@ import warnings
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli, run_inproc
 
 NOISE = ("Warning", "warn(", "ERROR", "Traceback")
 
 
-def _console(tmp_path, data_dir, *args, cold: bool = False) -> list[str]:
-    res = run_cli(
-        "-m", "experiments.train", *args, f"paths.data_dir={data_dir}", cwd=tmp_path, cold=cold
-    )  # fmt: skip
+def _console(tmp_path, data_dir, *args, process: bool = False) -> list[str]:
+    run = run_cli if process else run_inproc
+    res = run("-m", "experiments.train", *args, f"paths.data_dir={data_dir}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
     noisy = [ln for ln in lines if any(n in ln for n in NOISE)]
@@ -27,8 +26,8 @@ def _console(tmp_path, data_dir, *args, cold: bool = False) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("args", [(), ("debug=overfit",), ("debug=profile",)])
 def test_documented_runs_print_a_few_lines_and_no_warning(tmp_path, data_dir, args):
-    # the plain run starts a fresh interpreter: warnings printed while importing count too
-    lines = _console(tmp_path, data_dir, *args, cold=not args)
+    # the plain run is a process of its own: warnings printed while importing count too
+    lines = _console(tmp_path, data_dir, *args, process=not args)
     assert len(lines) <= 40, "\n".join(lines)
     assert lines[1].startswith("[") and "run: data=digits model=mlp" in lines[1], lines[:3]
     assert any("done in" in ln for ln in lines) and "acc" in lines[-1]

@@ -11,7 +11,7 @@ import pytest
 
 from experiments.errors import UserError, find_user_error
 from experiments.train import train
-from tests.conftest import run_cli
+from tests.helpers import run_inproc
 
 
 def _val_epochs(run) -> list[int]:
@@ -53,7 +53,7 @@ def test_a_second_trainer_on_a_run_dir_is_refused_and_a_stale_lock_taken_over(
 ):
     run = tmp_path / "run"
     args = ["trainer.max_epochs=1", "logger=none", f"paths.data_dir={data_dir}"]
-    res = run_cli("-m", "experiments.train", *args, f"hydra.run.dir={run}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.train", *args, f"hydra.run.dir={run}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     holder = _hold_lock(run)
     try:
@@ -61,7 +61,7 @@ def test_a_second_trainer_on_a_run_dir_is_refused_and_a_stale_lock_taken_over(
             train(make_cfg("trainer.max_epochs=2", "logger=none", f"resume={run}"))
         assert f"pid {holder.pid}" in str(err.value) and "in use" in str(err.value)
         # the command line refuses it before Hydra touches the folder: one line, exit 2
-        res = run_cli("-m", "experiments.train", f"resume={run}", cwd=tmp_path)
+        res = run_inproc("-m", "experiments.train", f"resume={run}", cwd=tmp_path)
         assert res.returncode == 2 and f"pid {holder.pid}" in res.stderr
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     finally:

@@ -11,7 +11,7 @@ import pytest
 from experiments.runs.layout import RunDir
 from experiments.secrets import REDACTED
 from experiments.tracking.mlflow import MAX_VALUE_LENGTH, flatten_params
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_inproc
 
 CANARY = "CANARY-SECRET-mlflow-5d1e"
 
@@ -105,7 +105,7 @@ def test_failed_job_marks_its_run_failed_without_artifacts(make_cfg, tmp_path):
 
 @pytest.mark.slow
 def test_three_job_sweep_makes_three_finished_runs(tmp_path, data_dir):
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "-m",

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from experiments.config import CONF_DIR
 from experiments.errors import UserError
 from experiments.secrets import check_args, is_secret_key, secret_key_in
-from tests.conftest import run_cli
+from tests.helpers import run_inproc
 
 CANARY = "canary-7f3a9c2e"
 
@@ -39,7 +39,7 @@ FORMS = [
 
 @pytest.mark.parametrize("args,key", [f[1:] for f in FORMS], ids=[f[0] for f in FORMS])
 def test_a_canary_secret_is_refused_and_written_nowhere(tmp_path, data_dir, args, key):
-    res = run_cli(
+    res = run_inproc(
         *("-m", "experiments.train", "debug=fast", f"paths.data_dir={data_dir}"),
         *args,
         cwd=tmp_path,
@@ -132,7 +132,7 @@ def test_a_secret_key_among_a_sweepers_params_is_refused(tmp_path, data_dir):
         "# @package _global_\ndefaults:\n  - override /hydra/sweeper: basic\n"
         f"hydra:\n  sweeper:\n    params:\n      +db.passwords: {CANARY},other\n"
     )
-    res = run_cli(
+    res = run_inproc(
         *("-m", "experiments.train", "-m", "debug=fast", f"paths.data_dir={data_dir}"),
         *(f"hydra.searchpath=[file://{tmp_path / 'search'}]", "hparams_search=leak"),
         cwd=tmp_path,

@@ -10,7 +10,7 @@ import pytest
 
 from experiments.secrets import REDACTED, redact
 from experiments.tracking.wandb import resolve_mode
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_inproc
 from tests.wandb_reader import read_run
 
 
@@ -52,7 +52,7 @@ def _runs(sweep):
 
 @pytest.mark.slow
 def test_three_job_sweep_makes_three_grouped_offline_runs(tmp_path, data_dir):
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "-m",
@@ -97,7 +97,7 @@ def test_three_job_sweep_makes_three_grouped_offline_runs(tmp_path, data_dir):
 @pytest.mark.slow
 def test_failed_job_does_not_stop_the_sweep_and_is_reported(tmp_path, data_dir):
     dataset = "data.dataset={_target_:tests.helpers.random_sets,_partial_:true,n:200}"
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "-m",

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_inproc
 
 
 @contextlib.contextmanager
@@ -41,7 +41,7 @@ def _one_line_exit_2(res, *named: str) -> str:
 
 
 def _train(tmp_path, data_dir, *args):
-    return run_cli(
+    return run_inproc(
         *("-m", "experiments.train", "logger=csv", "trainer.max_epochs=3"),
         f"paths.data_dir={data_dir}",
         *args,
@@ -58,7 +58,7 @@ def test_read_only_run_dir_file_in_the_way_and_data_dir_a_file(tmp_path, data_di
     _one_line_exit_2(res, "in_the_way", "a file is in the way")
     res = _train(tmp_path, tmp_path / "in_the_way")
     _one_line_exit_2(res, "paths.data_dir=", "is a file, not a folder")
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "-m", "optimizer.lr=0.1,0.2",
         f"hydra.sweep.dir={tmp_path / 'in_the_way' / 'sweep'}", cwd=tmp_path,
     )  # fmt: skip
@@ -95,7 +95,7 @@ def test_a_disk_filling_mid_run_keeps_the_checkpoint_and_resume_finishes(tmp_pat
         path, ckpt = newest_valid_checkpoint(run / "checkpoints")
         assert ckpt["epoch"] == 0 and torch.load(path, weights_only=True)["state_dict"]
         (disk / "ballast").unlink()  # space freed
-        res = run_cli(
+        res = run_inproc(
             "-m", "experiments.train", f"resume={run}", cwd=tmp_path,
             env_extra={"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.helpers"},
         )  # fmt: skip
