@@ -154,3 +154,14 @@ def test_torch_dynamo_error_switch_and_graph_breaks():
     )
     clear_graph_breaks()
     assert graph_breaks() == {}
+
+
+def test_torch_batch_norm_base():
+    from torch import nn
+
+    from experiments.compat.torch import is_batch_norm
+
+    norms = [nn.BatchNorm1d(2), nn.BatchNorm2d(2), nn.BatchNorm3d(2), nn.SyncBatchNorm(2),
+             nn.LazyBatchNorm2d()]  # fmt: skip
+    assert all(is_batch_norm(m) for m in norms), "torch: _BatchNorm is no longer their base"
+    assert not any(is_batch_norm(m) for m in (nn.LayerNorm(2), nn.GroupNorm(1, 2), nn.Linear(1, 1)))

@@ -1,5 +1,9 @@
 """torch's private API and quirks (see ``experiments.compat``): Dynamo's error switch and
-graph-break counters (``torch._dynamo``), and the profiler's native noise on stderr."""
+graph-break counters (``torch._dynamo``), the batch norm layers' base class, and the
+profiler's native noise on stderr.
+
+torch is imported inside the functions: ``torch._dynamo`` alone costs ~3 s to import, paid
+only by a run that compiles."""
 
 from __future__ import annotations
 
@@ -86,3 +90,13 @@ def graph_breaks() -> dict[str, int]:
             first_line = str(reason).strip().splitlines()[0]
             reasons[first_line] = reasons.get(first_line, 0) + count
     return reasons
+
+
+def is_batch_norm(module) -> bool:
+    """Whether ``module`` is a batch norm layer of any dimension (``BatchNorm1d/2d/3d``, their
+    lazy forms, ``SyncBatchNorm`` and subclasses such as timm's ``BatchNormAct2d``): the
+    layers whose running statistics a frozen backbone keeps. Private API: their common base
+    ``torch.nn.modules.batchnorm._BatchNorm`` (no public one)."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    return isinstance(module, _BatchNorm)
