@@ -51,12 +51,7 @@ ATTR_FUNCTIONS = frozenset({"getattr", "setattr", "hasattr", "delattr"})
 # rework (issue #35 item 1: config/, train.py) and PENDING ones, each waiting for the one-line
 # change its reason names. An entry that matches nothing any more fails the scan.
 PENDING = "PENDING (issue #35 item 4)"
-ALLOWED: dict[str, str] = {
-    "experiments/models/finetune.py: A from torch.nn.modules.batchnorm import _BatchNorm": (
-        f"{PENDING}: batchnorms_eval's isinstance(module, _BatchNorm) becomes "
-        "experiments.compat.torch.is_batch_norm(module)"
-    ),
-}
+ALLOWED: dict[str, str] = {}
 
 # library privates seen in this project: none of our own names may shadow one (rule B would
 # then take a library's for ours)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
 
+from experiments.compat.torch import is_batch_norm
 from experiments.errors import UserError
 from experiments.models.weights_fit import under
 
@@ -51,7 +51,7 @@ def freeze_backbone(net: nn.Module, head: str, frozen: bool, keep: Sequence[str]
 
 def batchnorms_eval(net: nn.Module, head: str) -> None:
     for name, module in net.named_modules():
-        if isinstance(module, _BatchNorm) and not under(name, [head]):
+        if is_batch_norm(module) and not under(name, [head]):
             module.eval()
 
 
