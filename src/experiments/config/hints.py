@@ -178,12 +178,12 @@ def _type(hint: Any, depth: int) -> Type:
     if depth > 8 or hint is Any:
         return ANY
     if origin is Annotated:
-        return _annotated(_type(args[0], depth + 1), hint.__metadata__)
+        return _annotated(_type(args[0], depth + 1), args[1:])
     if origin in (Union, types.UnionType):
         return _union([_type(a, depth + 1) for a in args])
     if origin is Literal:
         return Type("literal", args)
-    if hint is None or hint in _SCALARS:
+    if hint is None or (isinstance(hint, type) and hint in _SCALARS):
         return Type(_SCALARS[type(None) if hint is None else hint])
     cls = origin if isinstance(origin, type) else hint
     if not isinstance(cls, type) or cls is object or issubclass(cls, enum.Enum | type):

@@ -194,7 +194,7 @@ def check(cfg: DictConfig) -> None:
         if isinstance(node, dict):
             _check_node(cfg, section, options, node, known_only=not section)
     _cross_key_rules(cfg)
-    for key, target, node in walk_targets(plain):
+    for key, target, node in _walk_targets(plain):
         if isinstance(target, str) and "${" not in target:
             _check_node(cfg, key, target, node, known_only=False)
     _PASSED.add(digest)
@@ -214,16 +214,16 @@ def _objects_have_targets(plain: dict) -> None:
             )
 
 
-def walk_targets(node: Any, key: str = "") -> Iterator[tuple[str, Any, dict]]:
+def _walk_targets(node: Any, key: str = "") -> Iterator[tuple[str, Any, dict]]:
     """Yield ``(dotted key, target, mapping)`` for every plain mapping with a ``_target_``."""
     if isinstance(node, dict):
         if "_target_" in node:
             yield key or "<root>", node["_target_"], node
         for k, v in node.items():
-            yield from walk_targets(v, f"{key}.{k}" if key else str(k))
+            yield from _walk_targets(v, f"{key}.{k}" if key else str(k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            yield from walk_targets(v, f"{key}.{i}" if key else str(i))
+            yield from _walk_targets(v, f"{key}.{i}" if key else str(i))
 
 
 def _check_node(cfg: DictConfig, key: str, target: str | type, node: dict, known_only: bool):
