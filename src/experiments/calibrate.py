@@ -15,12 +15,12 @@ from experiments.config.saved import parse_args
 from experiments.console import run_main
 from experiments.errors import UserError
 from experiments.model_card import checkpoint_label, checkpoint_name, write_model_card
-from experiments.runs.layout import sidecar_epoch
+from experiments.runs.layout import CALIBRATION, RunDir, sidecar_epoch
 from experiments.saved_run import SavedRun
 
 log = logging.getLogger(__name__)
 
-USAGE = """\
+USAGE = f"""\
 usage: python -m experiments.calibrate run_dir=<run folder> [ckpt=best|last|<file.pt>]
            [key=value ...]
 
@@ -29,7 +29,7 @@ the negative log-likelihood of softmax(logits / T); predictions do not change, t
 probabilities do). It keeps T = 1, and says why, when the split is saturated (every sample
 right), too small (< 100 samples or < 20 of a class), the fit lands on a bound, or a
 cross-fitted check (T fitted on one half of the split raises the other half's NLL) fails.
-Writes <run>/calibration.json: T, the reason, and NLL and ECE (15 bins) before and after
+Writes <run>/{CALIBRATION}: T, the reason, and NLL and ECE (15 bins) before and after
 on the validation and test splits, with the checkpoint, its epoch and the sample counts.
 predict then reports calibrated probabilities for that checkpoint, and eval
 test/ece_calibrated. Other key=value arguments override keys of the run's config."""
@@ -101,7 +101,7 @@ def calibrate(run_dir, ckpt: str = "best", overrides=()) -> dict:
         report["warnings"].append(
             f"test NLL rose {before:.4f} -> {after:.4f} with T = {t:.4g}: the validation "
             f"split does not represent the test split well here (a larger data.val_fraction "
-            f"helps); delete calibration.json to go back to T = 1"
+            f"helps); delete {CALIBRATION} to go back to T = 1"
         )
     write_json(run.layout.calibration, report)
     reliability_diagram(run.layout.reliability_png, curves)
@@ -132,7 +132,7 @@ def _main(argv: list[str]) -> None:
     report = calibrate(options["run_dir"], options["ckpt"], overrides)
     for line in summary_lines(report):
         print(line)
-    print(f"wrote {options['run_dir']}/calibration.json")
+    print(f"wrote {RunDir(options['run_dir']).calibration}")
 
 
 def main() -> None:

@@ -15,22 +15,23 @@ from experiments.config.saved import parse_args
 from experiments.console import run_main
 from experiments.errors import UserError, one_line
 from experiments.model_card import checkpoint_name, write_model_card
-from experiments.runs.layout import sidecar_epoch
+from experiments.runs.layout import EXPORT_REPORT, EXPORTED, MODEL_CARD, sidecar_epoch
 from experiments.saved_run import SavedRun
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("onnx", "torchscript")
-USAGE = """\
+USAGE = f"""\
 usage: python -m experiments.export run_dir=<run folder> [format=onnx|torchscript]
            [ckpt=best|last|<file.pt>] [opset=18] [key=value ...]
 
-Writes <run>/model.onnx (any batch size) or <run>/model.torchscript.pt. The file takes
+Writes <run>/{EXPORTED["onnx"]} (any batch size) or \
+<run>/{EXPORTED["torchscript"]}. The file takes
 float images (N, C, H, W) in [0, 1] at the size the run's eval transform gives (what
 torchvision's ToImage + ToDtype(scale=True) make) and returns logits (N, classes); the
 normalization the run trained with is inside. It is checked on the test split's first
 batch: the largest difference from PyTorch's logits and both accuracies go to
-<run>/export.json and model_card.md. A run trained with compile=true exports the plain
+<run>/{EXPORT_REPORT} and {MODEL_CARD}. A run trained with compile=true exports the plain
 net. ONNX needs onnx, onnxscript and onnxruntime: pip install 'experiments[export]'."""
 
 

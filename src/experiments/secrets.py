@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from experiments.runs.layout import RunDir
+
 REDACTED = "<redacted>"
 
 # words (split at . _ - / and camelCase; plurals count as their singular) that name a
@@ -212,8 +214,6 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 
 def redact_saved_config(cfg) -> None:
     """Hydra wrote .hydra/config.yaml before we ran: strip secret values from it."""
-    from pathlib import Path
-
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
@@ -221,6 +221,6 @@ def redact_saved_config(cfg) -> None:
     clean = redact(plain)
     if clean == plain or not HydraConfig.initialized():
         return
-    saved = Path(HydraConfig.get().runtime.output_dir) / ".hydra" / "config.yaml"
+    saved = RunDir(HydraConfig.get().runtime.output_dir).saved_config
     if saved.is_file():
         OmegaConf.save(OmegaConf.create(clean), saved)

@@ -53,6 +53,9 @@ JOB_FILE = "job.json"
 SUMMARY_MD = "summary.md"
 SUMMARY_CSV = "summary.csv"
 OPTIMIZATION_RESULTS = "optimization_results.yaml"  # what our Optuna sweeper writes
+# the sweep's plots (tracking.importance): every job across the swept keys, the metric over
+# the two most important keys, the metric by the one swept key
+PARALLEL_PLOT, CONTOUR_PLOT, ONE_KEY_PLOT = "parallel.png", "contour.png", "summary.png"
 _NUMBER = (int, float)
 # the fields of a sidecar that training and resuming read, and the types they may have
 SIDECAR_TYPES = {
@@ -359,6 +362,7 @@ class SweepDir:
     <sweep>/<job>/                one run folder per job (a RunDir) ...
     <sweep>/<job>/job.json        ... and its record: status, overrides, error, node
     <sweep>/summary.md, summary.csv  the table of every job (``tracking.sweep_summary``)
+    <sweep>/parallel.png, contour.png, summary.png  its plots (``tracking.importance``)
     <sweep>/optimization_results.yaml  the best parameters (our Optuna sweeper)
     <sweep>/manifest.json         every artifact's sha256 and size (``runs.manifest``)
     <sweep>/.lock                 held by the process running the sweep
@@ -393,6 +397,21 @@ class SweepDir:
     @property
     def summary_csv(self) -> Path:
         return self.path / SUMMARY_CSV
+
+    @property
+    def parallel_png(self) -> Path:
+        """Every finished job as a line across the swept keys and the metric."""
+        return self.path / PARALLEL_PLOT
+
+    @property
+    def contour_png(self) -> Path:
+        """The metric over the two most important swept keys."""
+        return self.path / CONTOUR_PLOT
+
+    @property
+    def summary_png(self) -> Path:
+        """The metric by the swept key, when exactly one (seeds aside) varies."""
+        return self.path / ONE_KEY_PLOT
 
     @property
     def optimization_results(self) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.runs.files import atomic_write, write_json
-from experiments.runs.layout import RunDir
+from experiments.runs.layout import GIT_DIFF, REPRODUCE, REQUIREMENTS, RunDir
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout the package runs from
 
@@ -188,28 +188,29 @@ def reproduce_script(env: dict[str, Any], overrides: list[str]) -> str:
     args = " ".join(shell_word(a) for a in redact_argv(overrides))
     commit = str(env.get("git_commit") or "")
     at = printable(commit) or "(unknown: not run from a git checkout)"
-    at += " with git.diff" if env.get("git_dirty") else ""
+    at += f" with {GIT_DIFF}" if env.get("git_dirty") else ""
     versions = printable(f"python {env.get('python')}, torch {env.get('torch')}")
+    diff = f'"$RUN_DIR/{GIT_DIFF}"'
     return f"""#!/usr/bin/env bash
 # Reproduce this run: python -m experiments.train {args}
 # at commit {at}, {versions}.
-#   bash reproduce.sh <a clone of the repository> [<output folder>]
+#   bash {REPRODUCE} <a clone of the repository> [<output folder>]
 # It checks out the commit in that clone (which must have no changes of its own), applies
-# git.diff when there is one, installs requirements.txt into <clone>/.venv-reproduce (set
+# {GIT_DIFF} when there is one, installs {REQUIREMENTS} into <clone>/.venv-reproduce (set
 # REPRODUCE_PYTHON=<python> to use an environment you already have), and trains into
 # <output folder> (default: <this run>/reproduced). Compare with experiments-verify.
 set -euo pipefail
 RUN_DIR="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
-REPO="$(cd "${{1:?usage: bash reproduce.sh <a clone of the repository> [<output folder>]}}" && pwd)"
+REPO="$(cd "${{1:?usage: bash {REPRODUCE} <a clone of the repository> [<output folder>]}}" && pwd)"
 OUT="${{2:-$RUN_DIR/reproduced}}"
 COMMIT={shell_word(commit)}
 cd "$REPO"
 if [ -n "$COMMIT" ]; then git checkout --quiet --detach "$COMMIT"; fi
-if [ -f "$RUN_DIR/git.diff" ] && [ -s "$RUN_DIR/git.diff" ]; then git apply "$RUN_DIR/git.diff"; fi
+if [ -f {diff} ] && [ -s {diff} ]; then git apply {diff}; fi
 PY="${{REPRODUCE_PYTHON:-}}"
 if [ -z "$PY" ]; then
   python3 -m venv .venv-reproduce
-  .venv-reproduce/bin/pip install -q -r "$RUN_DIR/requirements.txt"
+  .venv-reproduce/bin/pip install -q -r "$RUN_DIR/{REQUIREMENTS}"
   .venv-reproduce/bin/pip install -q --no-deps -e .
   PY=.venv-reproduce/bin/python
 fi

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.runs.files import atomic_write
+from experiments.runs.layout import ONE_KEY_PLOT, SweepDir
 
-PARALLEL, CONTOUR, ONE_KEY = "parallel.png", "contour.png", "summary.png"
+ONE_KEY = ONE_KEY_PLOT  # the name tracking.sweep_summary draws plot_one_key to
 # what optuna.importance's evaluators compute, for the summary's label
 EVALUATORS = {
     "FanovaImportanceEvaluator": (
@@ -102,6 +103,7 @@ def section(
         evaluator: the class name of the Optuna evaluator that computed it.
     """
     done, keys = swept(rows, metric)
+    sweep = SweepDir(sweep_dir)
     plotted: list[str] = []
     lines: list[str] = []
     if len(done) >= 2 and keys:
@@ -116,13 +118,14 @@ def section(
                  "|---|---|"]  # fmt: skip
         lines += [f"| {k} | {v:.4f} |" for k, v in importance.items()]
         top = [k for k in importance if k in keys][:2] or keys[:2]
-        plotted.append(_parallel(done, keys, metric, Path(sweep_dir) / PARALLEL))
+        plotted.append(_parallel(done, keys, metric, sweep.parallel_png))
         if len(top) == 2:
-            plotted.append(_contour(done, top, metric, Path(sweep_dir) / CONTOUR))
+            plotted.append(_contour(done, top, metric, sweep.contour_png))
         lines += ["", f"Plots, from the {len(done)} finished jobs: "
                   + ", ".join(f"`{p}`" for p in plotted) + "."]  # fmt: skip
-    for stale in {PARALLEL, CONTOUR} - set(plotted):  # drawn for an earlier state of the sweep
-        (Path(sweep_dir) / stale).unlink(missing_ok=True)
+    for stale in (sweep.parallel_png, sweep.contour_png):
+        if stale.name not in plotted:  # drawn for an earlier state of the sweep
+            stale.unlink(missing_ok=True)
     return "\n".join(lines) + "\n" if lines else ""
 
 

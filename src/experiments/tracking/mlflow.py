@@ -91,12 +91,12 @@ def _logger_class():
         @rank_zero_only
         def upload_checkpoints(self, checkpoint_dir: Path) -> None:
             """Log the best weights and ``best.json`` as artifacts under ``checkpoints/``."""
-            from experiments.runs.layout import weights_file
+            from experiments.runs.layout import sidecar_of, weights_file
 
             if not mlflow_run_opened(self):
                 return
             best = weights_file(Path(checkpoint_dir), "best")
-            for path in (best, Path(checkpoint_dir) / "best.json"):
+            for path in (best, sidecar_of(best)):
                 if path.is_file():
                     self.experiment.log_artifact(self.run_id, str(path), "checkpoints")
 
