@@ -134,6 +134,10 @@ def _restored(cwd: Path, env_extra: dict | None):
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
         Singleton.set_state(hydra)
+        # a sweep holds its dir's lock until its process exits (runs/sweep.py): this one won't
+        held = getattr(sys.modules.get("experiments.runs.sweep"), "_held", [])
+        while held:
+            held.pop().release()
         torch.use_deterministic_algorithms(deterministic)
         if gc.get_freeze_count() > frozen:
             gc.unfreeze()

@@ -11,7 +11,7 @@ from experiments.data import store
 from experiments.data.loaders import StoreLoader
 from experiments.data.store import TensorStore, _Flip, _Shift, batch_augmenter
 from experiments.data.transforms import RandomShift
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_cli, run_inproc
 from tests.test_reliability import _assert_same_training_state, _data_position
 
 
@@ -99,18 +99,18 @@ def test_sigterm_mid_epoch_resume_is_exact_with_batch_augmentation(tmp_path, dat
         "+callbacks.signal_at.step=30",
     ]
     env = {"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.helpers"}
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", *common, "hydra.run.dir=A", cwd=tmp_path, env_extra=env
     )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "the augmentation runs on whole batches" in (tmp_path / "A" / "train.log").read_text()
-    res = run_cli(
+    res = run_cli(  # a process: the SIGTERM ends it
         "-m", "experiments.train", *common, *signal, "hydra.run.dir=B", cwd=tmp_path,
         env_extra=env,
     )  # fmt: skip
     assert res.returncode == 143, res.stderr[-2000:]
     assert _data_position(tmp_path / "B/checkpoints/last.ckpt") == {"epoch": 1, "batches": 10}
-    res = run_cli("-m", "experiments.train", "resume=B", cwd=tmp_path, env_extra=env)
+    res = run_inproc("-m", "experiments.train", "resume=B", cwd=tmp_path, env_extra=env)
     assert res.returncode == 0, res.stderr[-2000:]
     _assert_same_training_state(
         tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
@@ -118,7 +118,7 @@ def test_sigterm_mid_epoch_resume_is_exact_with_batch_augmentation(tmp_path, dat
 
 
 def test_bad_switch_values_fail_in_one_line(tmp_path, data_dir):
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "data.device_resident=sometimes",
         f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path,
     )  # fmt: skip

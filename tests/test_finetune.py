@@ -14,7 +14,7 @@ from experiments.models import backbone
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
 from experiments.train import train
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_inproc
 
 ENV = {"PYTHONPATH": str(REPO)}
 QUICK = ["logger=none", "test=false", "data.num_workers=0", "seed=0"]
@@ -87,7 +87,7 @@ def test_weights_that_do_not_fit_name_what_is_missing_unexpected_or_misshapen(tm
 
 
 def test_unknown_backbone_is_one_line_with_close_matches_exit_2(tmp_path, data_dir):
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "model=backbone",
@@ -226,7 +226,7 @@ def test_pretrained_backbone_run_takes_the_weights_statistics_and_evals_without_
     torch.save(timm.create_model("test_resnet").state_dict(), weights)
     run = tmp_path / "run"
     common = [f"paths.data_dir={data_dir}", "logger=none", "data.num_workers=0"]
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "model=backbone",
@@ -248,7 +248,7 @@ def test_pretrained_backbone_run_takes_the_weights_statistics_and_evals_without_
     mean = sum(timm.create_model("test_resnet").pretrained_cfg["mean"]) / 3
     assert stats["computed_from"] == "weights" and stats["mean"] == [pytest.approx(mean)]
     weights.unlink()  # eval rebuilds the net, loads the best weights; the pretrained file is gone
-    res = run_cli("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path, env_extra=ENV)
+    res = run_inproc("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path, env_extra=ENV)
     assert res.returncode == 0, res.stderr[-3000:]
     trained = json.loads((run / "metrics.json").read_text())
     evaluated = json.loads((run / "eval_metrics.json").read_text())

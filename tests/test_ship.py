@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from experiments.runs.layout import RunDir
-from tests.conftest import REPO, run_cli, train_cli
+from tests.helpers import REPO, run_cli, run_inproc, train_cli
 
 sys.path.insert(0, str(REPO / "scripts"))
 import get_weights  # noqa: E402
@@ -57,7 +57,7 @@ def test_a_grayscale_stem_gets_the_files_weights_summed_over_rgb():
 
 def test_mobilenet_v2_trains_offline_from_the_cached_weights(tmp_path, data_dir):
     _weights_file("torchvision", "mobilenet_v2")
-    res = run_cli(
+    res = run_cli(  # a process: huggingface_hub reads HF_HUB_OFFLINE when it is imported
         "-m", "experiments.train", "model=mobilenet_v2", "model.net.pretrained=true",
         "debug=fast", f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'run'}",
         cwd=tmp_path, env_extra={"HF_HUB_OFFLINE": "1"},
@@ -107,7 +107,7 @@ def _copy(run, tmp_path):
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 def test_the_exported_model_gives_pytorchs_logits(finished_run, tmp_path, fmt):
     run = _copy(finished_run, tmp_path)
-    res = run_cli("-m", "experiments.export", f"run_dir={run}", f"format={fmt}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.export", f"run_dir={run}", f"format={fmt}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     check = json.loads((run / "export.json").read_text())[fmt]
     assert check["max_abs_diff"] <= 1e-4
@@ -138,7 +138,7 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
 
     def probabilities(name):
         out = tmp_path / name
-        res = run_cli("-m", "experiments.predict", f"run_dir={run}", f"input={images}",
+        res = run_inproc("-m", "experiments.predict", f"run_dir={run}", f"input={images}",
                       f"output={out}", cwd=tmp_path)  # fmt: skip
         assert res.returncode == 0, res.stderr[-2000:]
         rows = [(r["predicted"], float(r["probability"])) for r in csv.DictReader(out.open())]
@@ -146,7 +146,7 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
 
     before, said = probabilities("before.csv")
     assert said == []  # not calibrated: nothing to say
-    res = run_cli("-m", "experiments.calibrate", f"run_dir={run}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.calibrate", f"run_dir={run}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads((run / "calibration.json").read_text())
     assert report["applied"] is True and T_RANGE[0] < report["temperature"] < T_RANGE[1]
@@ -162,7 +162,7 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
     assert f"calibration.json (fitted on the validation split for {best}" in said[0]
     assert [p for p, _ in after] == [p for p, _ in before]  # a temperature keeps the argmax
     assert [q for _, q in after] != [q for _, q in before]
-    res = run_cli("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.eval", f"run_dir={run}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     evaluated = json.loads((run / "eval_metrics.json").read_text())
     assert 0 <= evaluated["test/ece_calibrated"] <= 1 and 0 <= evaluated["test/ece"] <= 1
@@ -173,7 +173,7 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
     assert "| test/acc |" in card and "(n=" in card
     assert "| test/ece after calibration |" in card
     # the temperature belongs to the best weights: the last ones are left as they are
-    res = run_cli("-m", "experiments.predict", f"run_dir={run}", f"input={images}", "ckpt=last",
+    res = run_inproc("-m", "experiments.predict", f"run_dir={run}", f"input={images}", "ckpt=last",
                   f"output={tmp_path / 'last.csv'}", cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"was fitted for {best}, not {last}: probabilities are not" in res.stderr
@@ -189,7 +189,7 @@ def test_temperature_scaling_lowers_validation_ece_and_predict_uses_it(finished_
     ],
 )
 def test_export_and_calibrate_mistakes_are_one_line(finished_run, tmp_path, command, args, message):
-    res = run_cli("-m", f"experiments.{command}", f"run_dir={finished_run}", *args, cwd=tmp_path)
+    res = run_inproc("-m", f"experiments.{command}", f"run_dir={finished_run}", *args, cwd=tmp_path)
     lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
     assert res.returncode == 2, res.stderr[-2000:]
     assert len(lines) == 1 and message in lines[0], res.stderr[-2000:]
@@ -200,12 +200,12 @@ def test_a_run_without_best_weights_is_refused_by_export(finished_run, tmp_path)
     best = RunDir(run).best_weights
     best.unlink()
     # the run's manifest lists the file: its absence is tampering (exit 1), named
-    res = run_cli("-m", "experiments.export", f"run_dir={run}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.export", f"run_dir={run}", cwd=tmp_path)
     said = res.stderr.strip().splitlines()[-1]
     assert res.returncode == 1 and f"{best}: listed in manifest.json but missing" in said, said
     # a run without a manifest (an older one): export's own check names the file, exit 2
     RunDir(run).manifest.unlink()
-    res = run_cli("-m", "experiments.export", f"run_dir={run}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.export", f"run_dir={run}", cwd=tmp_path)
     said = res.stderr.strip().splitlines()[-1]
     assert res.returncode == 2 and best.name in said and said.startswith("error: "), said
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from experiments.errors import UserError
-from tests.conftest import run_cli
+from tests.helpers import run_cli, run_inproc
 
 
 def _snapshot(folder) -> dict[str, str]:
@@ -43,7 +43,7 @@ def test_a_stopped_sweep_resumes_with_the_same_command_and_refuses_another(tmp_p
         "+callbacks.stop.job=2",
         f"+callbacks.stop.marker={tmp_path / 'stopped'}",
     ]
-    res = run_cli(*command, cwd=tmp_path)
+    res = run_cli(*command, cwd=tmp_path)  # a process: Ctrl-C ends it
     assert res.returncode == 130, res.stderr[-3000:]
     rows = _rows(sweep)  # the summary was written for what ran
     assert {k: r["status"] for k, r in rows.items()} == {"0": "ok", "1": "ok", "2": "interrupted"}
@@ -54,18 +54,18 @@ def test_a_stopped_sweep_resumes_with_the_same_command_and_refuses_another(tmp_p
     # a different sweep into the same dir: refused in one line; nothing of the first changes
     other = [o if not o.startswith("optimizer.lr=") else "optimizer.lr=0.3,0.4" for o in command]
     other = [o if o != "debug=limit" else "model=cnn" for o in other] + ["debug=limit"]
-    res = run_cli(*other, cwd=tmp_path)
+    res = run_inproc(*other, cwd=tmp_path)
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
     assert f"hydra.sweep.dir={sweep} holds another sweep" in lines[0]
     # the same sweep with another search space: refused too (a grid cannot re-point jobs)
-    res = run_cli(*[o.replace("0.05,0.1,0.2", "0.05,0.1") for o in command], cwd=tmp_path)
+    res = run_inproc(*[o.replace("0.05,0.1,0.2", "0.05,0.1") for o in command], cwd=tmp_path)
     assert res.returncode == 2 and "the search space changed" in res.stderr, res.stderr[-2000:]
     assert _snapshot(sweep) == before
 
     # the same command: jobs 0 and 1 are kept, only job 2 trains, from its checkpoint
     kept = {k: (sweep / k / "metrics.json").read_bytes() for k in ("0", "1")}
-    res = run_cli(*command, cwd=tmp_path)
+    res = run_inproc(*command, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout + res.stderr
     assert "resuming the sweep in" in out
@@ -85,10 +85,10 @@ def test_failed_jobs_are_retried_unless_told_not_to(tmp_path, data_dir):
     command = [
         *GRID, "optimizer.lr=0.05,0.1", f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}",
     ]  # fmt: skip
-    res = run_cli(*command, bad, cwd=tmp_path)
+    res = run_inproc(*command, bad, cwd=tmp_path)
     assert res.returncode != 0
     assert {k: r["status"] for k, r in _rows(sweep).items()} == {"0": "failed", "1": "failed"}
-    res = run_cli(*command, bad, "sweep.retry_failed=false", cwd=tmp_path)
+    res = run_inproc(*command, bad, "sweep.retry_failed=false", cwd=tmp_path)
     assert "failed in an earlier run of this sweep" in res.stdout + res.stderr
     assert "disk error" in _rows(sweep)["0"]["error"]  # the first failure's record stays
 

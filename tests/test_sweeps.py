@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from tests.conftest import run_cli
+from tests.helpers import run_inproc
 
 
 def _sweep(tmp_path, task="debug"):
@@ -28,7 +28,7 @@ def test_optuna_search_runs_trials_and_resumes(tmp_path, data_dir):
         f"paths.data_dir={data_dir}",
         "hydra.sweeper.n_trials=3",
     ]
-    res = run_cli(*args, cwd=tmp_path)
+    res = run_inproc(*args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     sweep, rows = _sweep(tmp_path)
     assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
@@ -40,7 +40,9 @@ def test_optuna_search_runs_trials_and_resumes(tmp_path, data_dir):
     assert (sweep / "optuna.db").is_file()
 
     # the same command pointed at the same sweep dir continues the study to 4 trials
-    res = run_cli(*args[:-1], "hydra.sweeper.n_trials=4", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    res = run_inproc(
+        *args[:-1], "hydra.sweeper.n_trials=4", f"hydra.sweep.dir={sweep}", cwd=tmp_path
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resuming study" in res.stdout + res.stderr
     _, rows = _sweep(tmp_path)
@@ -52,7 +54,7 @@ def test_optuna_search_runs_trials_and_resumes(tmp_path, data_dir):
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
 def test_parallel_and_slurm_style_launchers(tmp_path, data_dir, launcher):
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "-m",
@@ -94,7 +96,7 @@ def test_optuna_workers_do_not_wait_on_each_others_trials(tmp_path, data_dir):
     # Rendezvous): with a batch barrier trial 2 would be asked for only after trial 0 ended,
     # so trial 0 would wait in vain and fail; asynchronous workers start trial 2 at once
     (tmp_path / "ended").mkdir()
-    res = run_cli(
+    res = run_inproc(
         *OPTUNA_PARALLEL,
         f"paths.data_dir={data_dir}",
         "hydra.sweeper.n_trials=3",
@@ -122,7 +124,7 @@ def test_optuna_workers_do_not_wait_on_each_others_trials(tmp_path, data_dir):
 @pytest.mark.slow
 def test_median_pruner_stops_losing_trials(tmp_path, data_dir):
     # two good learning rates finish first; two hopeless ones are pruned after one epoch
-    res = run_cli(
+    res = run_inproc(
         *OPTUNA_OWN_SPACE,
         f"paths.data_dir={data_dir}",
         "trainer.max_epochs=4",
@@ -152,7 +154,7 @@ def test_median_pruner_stops_losing_trials(tmp_path, data_dir):
 
 @pytest.mark.slow
 def test_multi_objective_search_writes_the_pareto_front(tmp_path, data_dir):
-    res = run_cli(
+    res = run_inproc(
         *OPTUNA_OWN_SPACE,
         "debug=limit",
         f"paths.data_dir={data_dir}",
@@ -189,14 +191,14 @@ def test_multi_objective_search_writes_the_pareto_front(tmp_path, data_dir):
     ],
 )
 def test_bad_sweeper_settings_fail_in_one_line(tmp_path, override, named):
-    res = run_cli(*OPTUNA, override, cwd=tmp_path)
+    res = run_inproc(*OPTUNA, override, cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [res.stderr.strip()]  # one line
     assert named in res.stderr
 
 
 def test_pruning_needs_a_single_objective(tmp_path):
-    res = run_cli(
+    res = run_inproc(
         *OPTUNA,
         "hydra.sweeper.pruner=median",
         "hydra.sweeper.objectives={val/acc:maximize,params:minimize}",
