@@ -21,18 +21,23 @@ def test_quick_bench_writes_every_section(tmp_path):
     rows = ("CNN b64", "MLP b64", "CNN b64, compile=true", "train to first step", "--help")
     rows += ("--cfg job", "bad override", "unknown option", "cache=tensors", "in-memory tensors")
     rows += ("batch-level path (TensorStore)", "digits: val/acc ≥ 0.97", "| hand loop |")
-    for text in (*headings, *rows, "framework / hand loop, time to target", "| torch |"):
+    for text in (
+        *headings,
+        *rows,
+        "framework / hand loop, time to target",
+        "| torch / lightning |",
+    ):
         assert text in report, text
     assert not re.search(r"\bnan\b|n/a", report.lower()), "a measurement is missing"
 
 
-def test_bench_rejects_an_unknown_section_or_recipe():
+def test_bench_rejects_an_unknown_section():
     from benchmarks.run import parse_args
 
-    for wrong in (["--only", "step,nope"], ["--recipes", "digits,nope"]):
-        with pytest.raises(SystemExit):
-            parse_args(wrong)
-    assert parse_args(["--only", "tta", "--recipes", "mnist"]).recipes == ["mnist"]
+    with pytest.raises(SystemExit):
+        parse_args(["--only", "step,nope"])
+    args = parse_args(["--only", "step", "compile=true"])
+    assert args.only == ["step"] and args.overrides == ["compile=true"]
 
 
 def test_bench_writes_the_committed_tables_only_when_asked(tmp_path):
