@@ -192,7 +192,7 @@ var sSel = el('select', {id: 'sweep'});
 D.sweeps.forEach(function (s, i) { sSel.appendChild(el('option', {value: i}, s.name)); });
 sweepDiv.appendChild(el('div', {'class': 'controls'})).append(el('span', null, 'sweep:'), sSel);
 var how = el('p', {'class': 'small'}); sweepDiv.appendChild(how);
-var impPlot = el('div', {id: 'importance', 'class': 'plot'}), parPlot = el('div', {id: 'parallel', 'class': 'plot'});
+var impPlot = el('div', {id: 'importance'}), parPlot = el('div', {id: 'parallel', 'class': 'plot'});
 sweepDiv.append(impPlot, parPlot);
 sSel.addEventListener('change', drawSweep);
 if (!D.sweeps.length) how.textContent = 'no sweep with two finished jobs here';
@@ -242,7 +242,7 @@ function drawSweep() {
   how.textContent = 'importance: ' + s.how + '; ' + s.rows.length + ' finished jobs';
   Plotly.react(impPlot, [{type: 'bar', orientation: 'h',
     y: s.importance.map(function (p) { return esc(p[0]); }), x: s.importance.map(function (p) { return p[1]; })}],
-    {margin: {t: 20, l: 160}, xaxis: {title: {text: 'importance'}}, yaxis: {autorange: 'reversed'}}, PLOT_CONFIG);
+    {margin: {t: 20, l: 160}, height: 110 + 40 * s.importance.length, xaxis: {title: {text: 'importance'}}, yaxis: {autorange: 'reversed'}}, PLOT_CONFIG);
   var dims = s.keys.map(function (k, j) {
     var vals = s.rows.map(function (r) { return r[j]; });
     if (vals.every(function (v) { return typeof v === 'number'; })) return {label: esc(k), values: vals};
