@@ -270,18 +270,6 @@ def bench_data(args, work: Path) -> dict:
     return {"loaders": loaders, "wait": blocks(args.blocks, wait, "data wait")}
 
 
-def val_rows(path: Path) -> list[tuple[int, float]]:
-    """``(epoch, val/acc)`` of the whole rows of a metrics CSV that hold ``val/acc``."""
-    text = path.read_text() if path.is_file() else ""
-    rows = []
-    for rec in csv.DictReader(io.StringIO(text[: text.rfind("\n") + 1])):
-        try:
-            rows.append((int(float(rec["epoch"])), float(rec["val/acc"])))
-        except (KeyError, TypeError, ValueError):  # rows of other metrics, a torn header
-            continue
-    return rows
-
-
 def watch(cmd: list[str], run_dir: Path, metrics: str, env: dict, stop: dict) -> dict:
     """Launch ``python <cmd>``, poll ``run_dir/metrics`` every 50 ms and stamp each new
     validation row with the seconds since launch, until ``stop["after"]`` epochs past the
@@ -297,7 +285,12 @@ def watch(cmd: list[str], run_dir: Path, metrics: str, env: dict, stop: dict) ->
             while True:
                 time.sleep(0.05)
                 now, ended = time.perf_counter() - t0, proc.poll() is not None  # then read
-                for epoch, acc in val_rows(run_dir / metrics)[len(run["epochs"]) :]:
+                text = (run_dir / metrics).read_text() if (run_dir / metrics).is_file() else ""
+                rows = csv.DictReader(io.StringIO(text[: text.rfind("\n") + 1]))  # whole rows
+                rows = [
+                    (int(float(r["epoch"])), float(r["val/acc"])) for r in rows if r.get("val/acc")
+                ]
+                for epoch, acc in rows[len(run["epochs"]) :]:
                     run["epochs"].append((epoch + 1, acc, now))
                     if acc >= stop["target"] and not run["hit"]:
                         run["hit"] = (epoch + 1, now)
@@ -363,7 +356,15 @@ def report(results: dict, args, elapsed: float) -> tuple[list[str], list]:
         " min). Cells: **median** (min–max) over blocks; ratios are taken per block. Each "
         "column is explained in docs/performance.md. Timings come from a shared machine."
     )
-    lines += table(["machine", ""], list(machine().items()))
+    import lightning
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)"
+    versions = f"{platform.python_version()}, {torch.__version__}, {lightning.__version__}"
+    machine = [["cpu, cores", f"{platform.machine()}, {os.cpu_count()}"], ["cuda", gpu]]
+    machine += [["python, torch, lightning", versions], ["torch threads", args.threads]]
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    lines += table(["machine", ""], [*machine, ["load average at the end", load]])
     if "step" in results:
         rows = []
         for case, st in results["step"].items():
@@ -446,22 +447,6 @@ def tta_table(res: dict) -> list[str]:
         rows.append([variant, to_target.fmt(), ", ".join(reached), later.fmt()])
     head = ["variant", "time to target s", "epoch reached, per block", "s per later epoch"]
     return table(head, rows)
-
-
-def machine() -> dict[str, str]:
-    """Machine and library versions for the results header."""
-    import lightning
-    import torch
-
-    return {
-        "cpu": platform.processor() or platform.machine(),
-        "cores (os.cpu_count)": os.cpu_count(),
-        "torch threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch / lightning": f"{torch.__version__} / {lightning.__version__}",
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)",
-        "load average at start": " ".join(f"{v:.2f}" for v in os.getloadavg()),
-    }
 
 
 def main(argv=None) -> int:

@@ -25,7 +25,7 @@ def test_quick_bench_writes_every_section(tmp_path):
         *headings,
         *rows,
         "framework / hand loop, time to target",
-        "| torch / lightning |",
+        "| python, torch, lightning |",
     ):
         assert text in report, text
     assert not re.search(r"\bnan\b|n/a", report.lower()), "a measurement is missing"
