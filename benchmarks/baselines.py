@@ -1,9 +1,7 @@
 """What the framework is measured against (:func:`hand_loop`, :class:`BareModule`), the
-:class:`StepTimer` callback that times all of them, and :func:`tensor_sets`, in-memory data
-for ``data.dataset`` so that every variant reads the very same samples.
-
-As a script it is the start-up reference, the default run written by hand with Lightning's
-defaults: ``python -m benchmarks.baselines DIGITS_DIR FIRST_STEP_FILE OUT_DIR``.
+:class:`StepTimer` that times them all, and :func:`tensor_sets`, the samples they all read.
+As a script, the start-up reference: the default run by hand with Lightning's defaults,
+``python -m benchmarks.baselines DIGITS_DIR FIRST_STEP_FILE OUT_DIR``.
 """
 
 from __future__ import annotations
@@ -15,9 +13,11 @@ import time
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import torch
+from PIL import Image
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import DataLoader, TensorDataset, random_split
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from experiments.runs.files import atomic_write, write_json
@@ -176,10 +176,6 @@ def bare_trainer(trainer, callbacks: list, out_dir: Path) -> L.Trainer:
 if __name__ == "__main__":
     # what a user would write by hand for the default run: the digits PNGs decoded into
     # memory, the default MLP and SGD, everything else Lightning's defaults
-    import numpy as np
-    from PIL import Image
-    from torch.utils.data import DataLoader, random_split
-
     root, first_step_file, out_dir = (Path(a) for a in sys.argv[1:4])
     with open(root / "labels.csv", newline="") as f:
         rows = list(csv.DictReader(f))

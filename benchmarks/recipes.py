@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from experiments.runs.layout import RunDir
+
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = {"digits": None, "mnist": "MNIST/raw", "fashion_mnist": "FashionMNIST/raw"}
 RECIPES["cifar10"] = "cifar-10-batches-py"  # recipe -> the folder under data/ it needs
@@ -31,8 +33,6 @@ def main() -> None:
     parser.add_argument("--table", type=Path, default=REPO / "benchmarks" / "recipes.md")
     parser.add_argument("extra", nargs="*", help="overrides for every run, e.g. trainer=gpu_fast")
     args = parser.parse_args()
-    from experiments.runs.layout import RunDir
-
     rows = []
     for recipe in args.recipes:
         if RECIPES[recipe] and not (args.data_dir / RECIPES[recipe]).exists():

@@ -1,12 +1,8 @@
-"""``make bench``: the framework against a hand-written loop and bare Lightning.
-
-Sections (``--only``; docs/performance.md explains every table): step (seconds per step,
-eager and compiled), startup (to the first step; ``--help`` and config errors), data
-(loaders; the data-wait share) and tta (seconds from launch to val/acc 0.97 on the digits,
-the CLI against ``benchmarks/tta_handloop.py``). Each runs in blocks, every variant once per
-block in a rotating order, so a noisy machine slows all alike; cells are the median
-(min–max) over blocks, ratios are taken within a block. In-process runs compose
-``conf/train.yaml`` with the overrides a command line would pass (:func:`compose`).
+"""``make bench``: the framework against a hand-written loop and bare Lightning, sections
+step, startup, data and tta (docs/performance.md explains every table). Each runs in blocks,
+every variant once per block in a rotating order, so a noisy machine slows all alike; cells
+are the median (min–max) over blocks, ratios are taken within a block. In-process runs
+compose ``conf/train.yaml`` with the overrides a command line would pass (:func:`compose`).
 
     python -m benchmarks.run --quick --out /tmp/bench     # seconds: checks it end to end
     python -m benchmarks.run --only step,startup --blocks 5     # outputs/bench/results.md
@@ -19,6 +15,7 @@ import argparse
 import csv
 import io
 import json
+import logging
 import os
 import platform
 import signal
@@ -28,6 +25,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import hydra
+import lightning
+import torch
+from hydra.utils import instantiate
+from torch.utils.data import DataLoader
+
+from benchmarks.baselines import BareModule, StepTimer, bare_trainer, hand_loop, in_memory
+from benchmarks.tta_handloop import recipe_spec
+from experiments.config import CONF_DIR
+from experiments.data import CsvImageDataset, export_digits
+from experiments.data.loaders import StoreLoader
+from experiments.data.samplers import EpochShuffleSampler
+from experiments.data.store import TensorStore
+from experiments.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("step", "startup", "data", "tta")
@@ -79,15 +91,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def compose(work: Path, tag: str, overrides: list[str]):
     """``train.yaml`` composed as ``python -m experiments.train <overrides>`` composes it, with
     data and outputs under ``work`` and the paths Hydra fills in at run time given."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from experiments.config import CONF_DIR
-
     paths = [f"paths.data_dir={work / 'data'}", f"paths.log_dir={work / 'outputs'}"]
     paths += [f"paths.output_dir={work / tag}", "paths.sweep_group=null", "paths.job_name=null"]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose("train", overrides=[*paths, *overrides])
+    with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra.compose("train", overrides=[*paths, *overrides])
 
 
 def child_env(threads: int) -> dict:
@@ -120,9 +127,6 @@ def blocks(n: int, variants: dict, what: str) -> dict[str, Stats]:
     return out
 
 
-# --- measurements ----------------------------------------------------------------------
-
-
 def step_cases(args) -> dict[str, list[str]]:
     """Case -> overrides: seeded in-memory data of one shape, the step timer."""
     cases = {"CNN b64 (compute-bound)": ("cnn", "3,32,32", 750, 3)}  # ~10 steps an epoch
@@ -144,12 +148,6 @@ def step_cases(args) -> dict[str, list[str]]:
 
 def step_time(variant: str, work: Path, tag: str, overrides: list[str]) -> float:
     """Seconds per step of one variant on the data, net and optimizer the overrides compose."""
-    import torch
-    from hydra.utils import instantiate
-
-    from benchmarks.baselines import BareModule, StepTimer, bare_trainer, hand_loop
-    from experiments.train import train
-
     cfg = compose(work, tag, overrides)
     if variant == "default stack":
         train(cfg)
@@ -180,39 +178,31 @@ def bench_step(args, work: Path) -> dict:
 
 
 def bench_startup(args, work: Path) -> dict:
-    from experiments.data import export_digits
-
     data, first, env = export_digits(work / "data" / "digits"), work / "first", child_env(1)
-    train = ["-m", "experiments.train", f"paths.data_dir={data.parent}"]
+    cmd = ["-m", "experiments.train", f"paths.data_dir={data.parent}"]
     stop = [f"+callbacks.bench_timer.first_step_file={first}"]
     stop += ["+callbacks.bench_timer.exit_after_first=true", f"hydra.run.dir={work / 'first-run'}"]
     bare = ["-m", "benchmarks.baselines", str(data), str(first), str(work)]
 
-    def until_first_step(cmd: list[str]) -> float:
+    def until_first_step(argv: list[str]) -> float:
         first.unlink(missing_ok=True)
         t0 = time.time()
-        cli(cmd, work, env)
+        cli(argv, work, env)
         return float(first.read_text()) - t0
 
     return blocks(args.blocks, {
-        "train to first step": lambda b: until_first_step([*train, TIMER, *stop]),
+        "train to first step": lambda b: until_first_step([*cmd, TIMER, *stop]),
         "bare Lightning to first step": lambda b: until_first_step(bare),
-        "--help": lambda b: cli([*train, "--help"], work, env),
-        "--cfg job": lambda b: cli([*train, "--cfg", "job"], work, env),
-        "bad override (data.batch_size=0)": lambda b: cli([*train, "data.batch_size=0"], work,
+        "--help": lambda b: cli([*cmd, "--help"], work, env),
+        "--cfg job": lambda b: cli([*cmd, "--cfg", "job"], work, env),
+        "bad override (data.batch_size=0)": lambda b: cli([*cmd, "data.batch_size=0"], work,
                                                           env, ok=False),
-        "unknown option (model=nope)": lambda b: cli([*train, "model=nope"], work, env, ok=False),
+        "unknown option (model=nope)": lambda b: cli([*cmd, "model=nope"], work, env, ok=False),
     }, "start-up")  # fmt: skip
 
 
 def loader_rate(dataset, workers: int, epochs: int) -> float:
     """Samples/s over ``epochs`` passes after a warm-up pass (caches filled, workers up)."""
-    from torch.utils.data import DataLoader
-
-    from experiments.data.loaders import StoreLoader
-    from experiments.data.samplers import EpochShuffleSampler
-    from experiments.data.store import TensorStore
-
     if isinstance(dataset, TensorStore):  # the framework's loader of a stored split
         loader = StoreLoader(dataset, 64, sampler=EpochShuffleSampler(len(dataset)))
     else:
@@ -226,20 +216,12 @@ def loader_rate(dataset, workers: int, epochs: int) -> float:
 
 
 def bench_data(args, work: Path) -> dict:
-    from hydra.utils import instantiate
-
-    from benchmarks.baselines import in_memory
-    from experiments.data import CsvImageDataset, export_digits
-    from experiments.data.store import TensorStore
-    from experiments.train import train
-
     root = export_digits(work / "data" / "digits")
     transform = instantiate(compose(work, "data", []).data.train_transform)
     epochs, tensors = 1 if args.quick else 3, in_memory(1797, (1, 8, 8), 0)
     # cache: decoded images kept; cache_samples: the transformed samples kept (the default)
     caches = {"no cache": {}, "cache=decoded": {"cache": True}}
     caches["cache=tensors (default)"] = {"cache": True, "cache_samples": True}
-
     files = (root / "labels.csv", root / "images")
     variants = {
         f"CsvImageDataset, {name}, workers={w}": lambda b, c=cache, w=w: loader_rate(
@@ -312,9 +294,6 @@ def watch(cmd: list[str], run_dir: Path, metrics: str, env: dict, stop: dict) ->
 
 
 def bench_tta(args, work: Path) -> dict:
-    from benchmarks.tta_handloop import recipe_spec
-    from experiments.data import export_digits
-
     env, over = child_env(args.threads), ["experiment=digits", f"paths.data_dir={work / 'data'}"]
     spec = recipe_spec(compose(work, "digits", over))
     export_digits(spec["data"]["root"])  # both read it: made before anything is timed
@@ -339,9 +318,6 @@ def bench_tta(args, work: Path) -> dict:
     return {**stop, **blocks(n, variants, "digits")}
 
 
-# --- report ----------------------------------------------------------------------------
-
-
 def table(head: list[str], rows: list[list]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return ["", *lines, *("| " + " | ".join(map(str, row)) + " |" for row in rows), ""]
@@ -356,15 +332,11 @@ def report(results: dict, args, elapsed: float) -> tuple[list[str], list]:
         " min). Cells: **median** (min–max) over blocks; ratios are taken per block. Each "
         "column is explained in docs/performance.md. Timings come from a shared machine."
     )
-    import lightning
-    import torch
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)"
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     versions = f"{platform.python_version()}, {torch.__version__}, {lightning.__version__}"
-    machine = [["cpu, cores", f"{platform.machine()}, {os.cpu_count()}"], ["cuda", gpu]]
-    machine += [["python, torch, lightning", versions], ["torch threads", args.threads]]
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    lines += table(["machine", ""], [*machine, ["load average at the end", load]])
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, GPU {gpu}, load at the end {load}"
+    lines += table(["machine", "python, torch, lightning"], [[machine, versions]])
     if "step" in results:
         rows = []
         for case, st in results["step"].items():
@@ -378,11 +350,9 @@ def report(results: dict, args, elapsed: float) -> tuple[list[str], list]:
                 what = "compute-bound: default stack ≤ 3% slower than the hand loop"
                 targets.append((what, f"stack/hand = {rows[-1][5]}", ratio(stack, hand), 1.03))
             elif case.startswith("MLP"):
-                what = "overhead-bound: ≤ 150 µs/step of our own overhead above bare Lightning"
+                what = "overhead-bound: ≤ 150 µs/step above bare Lightning, net of the hand loop's"
                 measured = f"net {rows[-1][-1]} µs (stack − bare = {rows[-1][-2]} µs)"
-                targets.append(
-                    (what + ", net of what the hand loop also does", measured, net, 1.5e-4)
-                )
+                targets.append((what + " own work", measured, net, 1.5e-4))
         head = ["case", *(f"{v} ms" for v in VARIANTS), "stack / hand", "bare / raw"]
         lines += ["## 1. Step time (in-memory data, per step after the first epoch)"]
         lines += table([*head, "stack − bare µs", "stack − bare − (hand − raw) µs"], rows)
@@ -419,7 +389,19 @@ def report(results: dict, args, elapsed: float) -> tuple[list[str], list]:
         lines += ["## 4. Time to accuracy (fresh processes, wall seconds)", ""]
         lines.append(f"### digits: val/acc ≥ {res['target']} (`experiment=digits`, at most "
                      f"{res['epochs']} epochs, {len(res['floor'])} block(s))")  # fmt: skip
-        lines += tta_table(res)
+        rows = []
+        for variant in ("framework", "hand loop"):
+            runs = res[variant]
+            later = Stats(
+                (r["epochs"][-1][2] - r["epochs"][0][2]) / (r["epochs"][-1][0] - 1)
+                for r in runs
+                if len(r["epochs"]) > 1
+            )
+            reached = [str(r["hit"][0]) if r["hit"] else f"no (exit {r['rc']})" for r in runs]
+            to_target = Stats(r["hit"][1] for r in runs if r["hit"])
+            rows.append([variant, to_target.fmt(), ", ".join(reached), later.fmt()])
+        head = ["variant", "time to target s", "epoch reached, per block", "s per later epoch"]
+        lines += table(head, rows)
         lines.append(f"- framework / hand loop, time to target: **{total.fmt(1, 3)}**")
         lines.append(
             f"- floor: a process that only runs `import lightning` takes {res['floor'].fmt()} s, "
@@ -432,28 +414,7 @@ def report(results: dict, args, elapsed: float) -> tuple[list[str], list]:
     return [*lines, *table(["target", "measured", "met"], rows)], targets
 
 
-def tta_table(res: dict) -> list[str]:
-    """Per variant: time to target, the epoch it came at, the cost of a later epoch."""
-    rows = []
-    for variant in ("framework", "hand loop"):
-        runs = res[variant]
-        later = Stats(
-            (r["epochs"][-1][2] - r["epochs"][0][2]) / (r["epochs"][-1][0] - 1)
-            for r in runs
-            if len(r["epochs"]) > 1
-        )
-        reached = [str(r["hit"][0]) if r["hit"] else f"no (exit {r['rc']})" for r in runs]
-        to_target = Stats(r["hit"][1] for r in runs if r["hit"])
-        rows.append([variant, to_target.fmt(), ", ".join(reached), later.fmt()])
-    head = ["variant", "time to target s", "epoch reached, per block", "s per later epoch"]
-    return table(head, rows)
-
-
 def main(argv=None) -> int:
-    import logging
-
-    import torch
-
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     args.tta_blocks, args.blocks = args.blocks, args.blocks or (1 if args.quick else 3)

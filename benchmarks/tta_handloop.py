@@ -1,12 +1,9 @@
 """``experiment=digits`` as a plain PyTorch script: the time-to-accuracy baseline.
-
-:func:`recipe_spec` takes the recipe from the config the framework composes (so this script
-cannot drift from ``conf/``) and names what it does not reproduce. The script then trains it
-by hand on the same files with the framework's own split, shuffle order, net class (built
-after seeding: the same initial weights) and schedule function, which import only torch, so
-it pays no Lightning import. After each validation it appends ``epoch, step, train/loss,
-val/loss, val/acc`` to ``<out>/metrics.csv`` and flushes it (watched as the framework's CSV
-logger is), then saves ``<out>/last.pt``.
+:func:`recipe_spec` reads the recipe from the composed config (so the script cannot drift from
+``conf/``); :func:`run` trains it by hand with the framework's own split, shuffle order, net
+class and schedule function (files that import only torch: no Lightning import is paid),
+appending ``epoch, step, train/loss, val/loss, val/acc`` to ``<out>/metrics.csv`` and saving
+``<out>/last.pt`` after each validation.
 
     python -m benchmarks.tta_handloop --spec spec.json --out /tmp/hand
 """
@@ -24,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
@@ -38,7 +36,7 @@ def recipe_spec(cfg) -> dict:
     Raises:
         ValueError: the recipe uses something this script does not do (each named).
     """
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # here: the script itself does not pay its import
 
     spec = {"seed": cfg.seed, "max_epochs": cfg.trainer.max_epochs}
     for key in ("data", "model", "optimizer", "scheduler"):
@@ -111,8 +109,6 @@ class EpochOrder(Sampler[int]):
 
 def loaders(spec: dict) -> tuple[DataLoader, DataLoader, int]:
     """Shuffled train loader and sequential val loader of the recipe's split; class count."""
-    from PIL import Image
-
     data, root = spec["data"], Path(spec["data"]["root"])
     with open(root / "labels.csv", newline="") as f:
         rows = list(csv.DictReader(f))
