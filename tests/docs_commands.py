@@ -10,7 +10,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import REPO, run_cli, write_image_folder
+from tests.helpers import REPO, run_inproc, write_image_folder
 
 BLOCK = re.compile(
     r"(?:<!-- not run: (?P<why>[^>]+?) -->\s*\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.S
@@ -72,10 +72,10 @@ def sandbox(root: Path, data_dir: Path) -> dict[str, str]:
     for p in sorted((root / "my" / "images").iterdir())[:4]:
         (root / "new_images" / p.name).write_bytes(p.read_bytes())
     common = ["debug=limit", f"paths.data_dir={data_dir}", "logger=csv"]
-    res = run_cli("-m", "experiments.train", *common, f"hydra.run.dir={root / 'therun'}",
+    res = run_inproc("-m", "experiments.train", *common, f"hydra.run.dir={root / 'therun'}",
                   cwd=root)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
-    res = run_cli("-m", "experiments.train", "-m", "optimizer.lr=0.05,0.1", *common,
+    res = run_inproc("-m", "experiments.train", "-m", "optimizer.lr=0.05,0.1", *common,
                   f"hydra.sweep.dir={root / 'thesweep'}", cwd=root)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     return {
@@ -103,7 +103,7 @@ def run(command: Command, root: Path, data_dir: Path, places: dict[str, str]):
             args.append("hydra.sweeper.n_trials=2")
         args.append(f"paths.data_dir={data_dir}")
     env = {"WANDB_MODE": "offline", "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
-    return run_cli(*args[1:], cwd=root, env_extra=env), args
+    return run_inproc(*args[1:], cwd=root, env_extra=env), args
 
 
 def check(command: Command, root: Path, data_dir: Path, places: dict[str, str]) -> None:

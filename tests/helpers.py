@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -49,21 +50,31 @@ def run_process(
 ) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, capture_output=True, text=True)`` for tests: past ``timeout`` the
     process and everything it started (its own session) are killed, and the test fails with
-    the command and the tail of its output instead of hanging or losing what it printed."""
-    proc = subprocess.Popen(
-        [str(c) for c in cmd], cwd=cwd, env=env, text=True, start_new_session=True,
-        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(input=input, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+    the command and the tail of its output instead of hanging or losing what it printed. The
+    output goes to files, so the wait ends at the process's exit even while processes it
+    started (a sweep's workers) still hold them open."""
+    files = [tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") for _ in "oe"]
+    with files[0], files[1]:
+        proc = subprocess.Popen(
+            [str(c) for c in cmd], cwd=cwd, env=env, text=True, start_new_session=True,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=files[0], stderr=files[1],
+        )  # fmt: skip
+        try:
+            proc.communicate(input=input, timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            timed_out = True
+        for f in files:
+            f.seek(0)
+        out, err = (f.read() for f in files)
+    if timed_out:
         pytest.fail(
             f"timed out after {timeout:.0f}s and killed: {' '.join(map(str, cmd))}\n"
-            f"---- stdout (tail)\n{(out or '')[-3000:]}\n---- stderr (tail)\n{(err or '')[-3000:]}"
+            f"---- stdout (tail)\n{out[-3000:]}\n---- stderr (tail)\n{err[-3000:]}"
         )
     res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check and res.returncode != 0:

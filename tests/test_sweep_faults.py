@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli, run_inproc
 
 
 def _rows(sweep) -> dict[str, dict]:
@@ -51,7 +51,7 @@ def test_a_killed_joblib_sweep_takes_its_workers_with_it(tmp_path, data_dir):
     started = tmp_path / "started"
     sweep = tmp_path / "sweep"
     ended: list = []
-    command = threading.Thread(target=lambda: ended.append(run_cli(
+    command = threading.Thread(target=lambda: ended.append(run_cli(  # a process, to kill
         "-m", "experiments.train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
         "trainer.max_epochs=50", "logger=none", f"paths.data_dir={data_dir}",
         "+callbacks.slow._target_=tests.helpers.Started",
@@ -91,7 +91,7 @@ GRID = [
 def test_one_jobs_user_error_is_its_failure_and_a_rerun_trusts_finished_metrics(tmp_path, data_dir):
     sweep = tmp_path / "sweep"
     command = [*GRID, f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}"]
-    res = run_cli(*command, cwd=tmp_path)
+    res = run_inproc(*command, cwd=tmp_path)
     # job 1's mistake is job 1's failure: the others ran; the end is one line, exit 1
     assert res.returncode == 1, res.stderr[-3000:]
     assert res.stderr.strip().splitlines() == [
@@ -109,7 +109,7 @@ def test_one_jobs_user_error_is_its_failure_and_a_rerun_trusts_finished_metrics(
     (sweep / "0" / "job.json").write_text(json.dumps({**job0, "status": "failed", "error": "x"}))
     kept = (sweep / "0" / "metrics.json").read_bytes()
     for _ in range(2):
-        res = run_cli(*command, "sweep.retry_failed=false", cwd=tmp_path)
+        res = run_inproc(*command, "sweep.retry_failed=false", cwd=tmp_path)
         assert res.returncode == 1, res.stderr[-3000:]
         assert (res.stdout + res.stderr).count("finished in an earlier run") == 2
         rows = _rows(sweep)
@@ -121,7 +121,7 @@ def test_a_corrupt_optuna_storage_is_one_line_with_the_way_out(tmp_path):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "optuna.db").write_bytes(os.urandom(4096))  # not SQLite
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "-m", "hparams_search=optuna", "debug=fast",
         "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={sweep}", cwd=tmp_path,
     )  # fmt: skip
