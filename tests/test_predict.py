@@ -153,3 +153,81 @@ def test_main_writes_predictions(trained_run, few_images, tmp_path, monkeypatch,
     assert shown[1].split()[:2] == [first["file"], first["predicted"]]
     assert len(shown) == 2 + min(5, len(rows))
     assert shown[-1].startswith(f"{len(rows)} predictions") and shown[-1].endswith(str(out))
+
+
+def _csv_beside(folder: Path, few_images: Path, rows: list[str]) -> Path:
+    """``folder/batch.csv`` listing ``rows`` after two real images copied into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    good = sorted(few_images.iterdir())[:2]
+    for image in good:
+        shutil.copy(image, folder)
+    csv_file = folder / "batch.csv"
+    csv_file.write_text("filename\n" + "\n".join([*(p.name for p in good), *rows]) + "\n")
+    return csv_file
+
+
+def test_csv_row_leaving_the_folder_is_refused_in_one_line(trained_run, few_images, tmp_path):
+    # the run's own CSV rule: a file name is a relative path inside the image folder
+    outside = shutil.copy(next(few_images.iterdir()), tmp_path / "outside.png")
+    csv_file = _csv_beside(tmp_path / "batch", few_images, ["../outside.png"])
+    out = tmp_path / "p.csv"
+    args = [f"run_dir={trained_run}", f"input={csv_file}", f"output={out}"]
+    res = run_inproc("-m", "experiments.predict", *args, cwd=tmp_path)
+    assert_one_line_error(res, f"{csv_file} row 4: file name '../outside.png' leads outside")
+    assert not out.exists()
+    # an absolute name too, even of a file that is there
+    csv_file.write_text(f"filename\n{outside}\n")
+    with pytest.raises(UserError, match=r"row 2: file name '/.*outside\.png' leads outside"):
+        predict(trained_run, csv_file, output=out)
+    assert not out.exists()
+
+
+def test_csv_row_through_a_symlink_out_is_refused_unless_the_run_follows_them(
+    trained_run, few_images, tmp_path
+):
+    secret = shutil.copy(next(few_images.iterdir()), tmp_path / "secret.png")
+    folder = tmp_path / "batch"
+    csv_file = _csv_beside(folder, few_images, ["inner.png", "link.png"])
+    first = csv_file.read_text().splitlines()[1]
+    (folder / "inner.png").symlink_to(folder / first)  # a link that stays inside: read
+    (folder / "link.png").symlink_to(secret)
+    out = tmp_path / "p.csv"
+    args = [f"run_dir={trained_run}", f"input={csv_file}", f"output={out}"]
+    res = run_inproc("-m", "experiments.predict", *args, cwd=tmp_path)
+    assert_one_line_error(res, f"{csv_file} row 5: 'link.png' leads through a symlink to")
+    assert "secret.png" in res.stderr and "follow_symlinks=true" in res.stderr
+    assert not out.exists()
+    # a run that reads through symlinks (data.follow_symlinks=true) predicts it
+    follow = ["+data.follow_symlinks=true"]
+    rows = read_rows(predict(trained_run, csv_file, output=out, overrides=follow))
+    assert [r["file"] for r in rows][2:] == ["inner.png", "link.png"]
+    assert rows[2]["probability"] == rows[0]["probability"]  # inner.png is the first image
+
+
+def test_a_file_listed_twice_is_predicted_twice(trained_run, few_images, tmp_path):
+    # unlike a training CSV (where a copy could land in train and test), predict lists
+    # what it is asked for
+    csv_file = _csv_beside(tmp_path / "batch", few_images, [])
+    name = csv_file.read_text().splitlines()[1]
+    csv_file.write_text(f"filename\n{name}\n./{name}\n{name}\n")
+    rows = read_rows(predict(trained_run, csv_file, output=tmp_path / "p.csv"))
+    assert [r["file"] for r in rows] == [name, f"./{name}", name]
+    assert len({(r["predicted"], r["probability"]) for r in rows}) == 1
+
+
+def test_leads_outside_is_the_folder_rule(tmp_path):
+    from experiments.data.datasets import leads_outside
+
+    folder, elsewhere = tmp_path / "images", tmp_path / "elsewhere"
+    (folder / "a").mkdir(parents=True)
+    elsewhere.mkdir()
+    (folder / "b.png").write_bytes(b"")
+    (folder / "out").symlink_to(elsewhere, target_is_directory=True)
+    (elsewhere / "back.png").symlink_to(folder / "b.png")
+    assert leads_outside(folder, "a/../b.png") is None
+    assert leads_outside(folder, "out/back.png") is None  # out and back in again
+    assert leads_outside(folder, "out/x.png") == elsewhere / "x.png"
+    assert leads_outside(folder, "out/x.png", follow_symlinks=True) is None
+    # a name that climbs out, or an absolute one, whatever follow_symlinks says
+    assert leads_outside(folder, "a/../../x.png", True) == tmp_path / "x.png"
+    assert leads_outside(folder, "/etc/passwd", True) == Path("/etc/passwd")

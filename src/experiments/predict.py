@@ -78,7 +78,10 @@ def predict(
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"device={device!r} is not valid; use auto, cpu or cuda")
     run = SavedRun(run_dir, ckpt, overrides)  # checks everything it will build, builds nothing
-    names, paths = _list_inputs(Path(input), Path(image_dir) if image_dir else None)
+    follow_symlinks = run.data_cfg.get("follow_symlinks") is True  # the run's own CSV rule
+    names, paths = _list_inputs(
+        Path(input), Path(image_dir) if image_dir else None, follow_symlinks
+    )
     output = check_output(Path(output) if output else run.layout.predictions, run_dir)
     in_shape, class_names = _shape_and_classes(run)
     temperature, note = applied_temperature(run.layout, run.ckpt)  # experiments.calibrate
@@ -118,8 +121,16 @@ def predict(
     return output
 
 
-def _list_inputs(input: Path, image_dir: Path | None) -> tuple[list[str], list[Path]]:
-    """(names to report, files to read) from a folder of images or a CSV index."""
+def _list_inputs(
+    input: Path, image_dir: Path | None, follow_symlinks: bool = False
+) -> tuple[list[str], list[Path]]:
+    """(names to report, files to read) from a folder of images or a CSV index.
+
+    A CSV's rows follow the rule the run's own CSV rows follow (``leads_outside``): a file
+    name is a relative path inside the image folder, and a symlink out of it is refused
+    unless the run reads through them (``data.follow_symlinks``). A file may be listed twice
+    (it is predicted twice).
+    """
     if input.is_dir():
         files = sorted(
             p for p in input.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
@@ -146,9 +157,27 @@ def _list_inputs(input: Path, image_dir: Path | None) -> tuple[list[str], list[P
             names = [(rec.get("filename") or "").strip() for rec in reader]
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise UserError(f"cannot read {input}: {err}") from None
+    # imported here: the dataset module loads torch, which --help does not wait for
+    from experiments.data.datasets import leads_outside
+
+    root, dirs = base.resolve(), {}  # one resolve per folder, shared by every row
     for row, name in enumerate(names, start=2):
         if not name:
             raise UserError(f"{input} row {row}: empty filename")
+        if "\0" in name:
+            raise UserError(f"{input} row {row}: file name {name[:200]!r} holds a NUL byte")
+        if leads_outside(base, name, follow_symlinks=True) is not None:  # absolute, or ../
+            raise UserError(
+                f"{input} row {row}: file name {name[:200]!r} leads outside {base}; file "
+                f"names must be relative paths inside the image folder (image_dir=, by "
+                f"default the CSV's folder)"
+            )
+        target = leads_outside(base, name, follow_symlinks, root=root, dirs=dirs)
+        if target is not None:
+            raise UserError(
+                f"{input} row {row}: {name[:200]!r} leads through a symlink to {target}, "
+                f"outside {base}; move the file inside or set (+)data.follow_symlinks=true"
+            )
         if not (base / name).is_file():
             raise UserError(f"{input} row {row}: image {base / name} does not exist")
     if not names:

@@ -168,33 +168,28 @@ class SavedRun:
 
     def image_reader(self, in_shape: Sequence[int]) -> Callable[[Path], torch.Tensor]:
         """A function from one image file to the net's input ``(C, H, W)`` as the run's eval
-        data makes it, before normalization (``normalize``): decoded by the dataset's reader
-        (``data.images.decode``: the decompression-bomb limit, 16-bit and float images scaled
-        to 8 bits, any decoder error one line naming the file) in the mode of ``in_shape``'s
-        channels (1: ``L``, 3: ``RGB``), resized as ``CsvImageDataset`` resizes to the size
-        images had in training (``data.image_size``, else ``in_shape``'s: true unless the
-        eval transform itself resizes or crops), through ``data.eval_transform`` (to a float
-        tensor in [0, 1] without one).
+        data makes it, before normalization (``normalize``): read by the dataset's own reader
+        (``data.datasets.read_image``: the decompression-bomb limit, 16-bit and float images
+        scaled to 8 bits, any decoder error one line naming the file) in the mode of
+        ``in_shape``'s channels (1: ``L``, 3: ``RGB``), resized as ``CsvImageDataset`` does to
+        the size images had in training (``data.image_size``, else ``in_shape``'s: true unless
+        the eval transform itself resizes or crops), through ``data.eval_transform`` (to a
+        float tensor in [0, 1] without one).
 
         Raises:
             UserError: (when called) an unreadable image, or one the transform does not make
                 ``in_shape``.
         """
-        from PIL import Image
-
-        from experiments.data.images import decode
+        # imported when called: the dataset module loads torch, which --help should not wait for
+        from experiments.data.datasets import read_image
 
         in_shape = tuple(int(v) for v in in_shape)
         mode = {1: "L", 3: "RGB"}[in_shape[0]]
-        pre_size = self.data_cfg.get("image_size")
-        width_height = tuple(pre_size or in_shape[1:])[::-1]  # PIL sizes are (W, H)
+        size = tuple(self.data_cfg.get("image_size") or in_shape[1:])  # (H, W)
         transform = self.transform("eval_transform") or _to_tensor()
 
         def read(path: Path) -> torch.Tensor:
-            image = decode(path, mode)
-            if image.size != width_height:
-                image = image.resize(width_height, Image.BILINEAR)
-            x = transform(image)
+            x = transform(read_image(path, mode, size))
             if tuple(x.shape) != in_shape:
                 raise UserError(
                     f"image {path} becomes {tuple(x.shape)} after the eval transform, the net "

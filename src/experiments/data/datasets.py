@@ -22,7 +22,76 @@ from experiments.errors import UserError
 log = logging.getLogger(__name__)
 
 IMAGE_MODES = ("L", "RGB")
-__all__ = ["MAX_CLASSES", "CsvImageDataset", "decode", "export_digits", "peek_image"]
+__all__ = [
+    "MAX_CLASSES",
+    "CsvImageDataset",
+    "decode",
+    "export_digits",
+    "leads_outside",
+    "peek_image",
+    "read_image",
+]
+
+
+def read_image(path: Path, mode: str, size: Sequence[int] | None = None) -> Image.Image:
+    """Decode ``path`` as every image of a run is read (``images.decode``: the
+    decompression-bomb limit, 16-bit and float images scaled to 8 bits, a decoder error one
+    line naming the file), converted to ``mode`` and resized bilinearly to ``size``
+    ``(height, width)`` when it differs (None: its own size).
+
+    Raises:
+        UserError: a file that is no image, or one the decoder refuses.
+    """
+    image = decode(path, mode)
+    if size is not None and image.size != tuple(size)[::-1]:  # PIL sizes are (W, H)
+        image = image.resize(tuple(size)[::-1], Image.BILINEAR)
+    return image
+
+
+def leads_outside(
+    folder: Path,
+    name: str,
+    follow_symlinks: bool = False,
+    *,
+    root: Path | None = None,
+    dirs: dict[str, bool] | None = None,
+) -> Path | None:
+    """Where the file ``name`` of an image folder leads when that is outside the folder, else
+    None (the file need not exist): an absolute name or ``..`` climbing out, always; a
+    symlink, of the file or of a subfolder on its way, resolving outside the folder's real
+    place, unless ``follow_symlinks``. The rule of ``CsvImageDataset`` for a CSV's rows, and
+    of ``experiments.predict`` for the rows of the CSV it is given.
+
+    Args:
+        folder: the image folder the names are relative to.
+        name: one file name as a CSV row gives it.
+        follow_symlinks: read through symlinks wherever they lead (``data.follow_symlinks``).
+        root: ``folder.resolve()``, when the caller keeps it for many names.
+        dirs: the caller's cache of subfolder -> inside, kept across names (one resolve per
+            subfolder instead of one per file).
+    """
+    folder = Path(folder)
+    norm = os.path.normpath(name)
+    if os.path.isabs(name) or norm == os.pardir or norm.startswith(os.pardir + os.sep):
+        return Path(os.path.normpath(folder / name))
+    if follow_symlinks:
+        return None
+    root = folder.resolve() if root is None else root
+    path = folder / norm
+    parent = os.path.dirname(norm)
+    # one lstat for a file directly in the folder; a subfolder is resolved once per cache
+    leaves = False
+    if parent:
+        inside = None if dirs is None else dirs.get(parent)
+        if inside is None:
+            inside = (folder / parent).resolve().is_relative_to(root)
+            if dirs is not None:
+                dirs[parent] = inside
+        leaves = not inside
+    if leaves or path.is_symlink():
+        target = path.resolve()  # a link out and one back in again stays inside
+        return None if target.is_relative_to(root) else target
+    return None
 
 
 class CsvImageDataset(Dataset):
@@ -133,28 +202,16 @@ class CsvImageDataset(Dataset):
             UserError: naming the CSV row, the file name and where it leads.
         """
         name = self._names[index]
-        path = self.image_dir / name
-        if self.follow_symlinks:
-            return path
-        parent = os.path.dirname(name)
-        # one lstat for a file directly in the folder; a subfolder is resolved once
-        leaves = parent and not self._dir_inside(parent)
-        if leaves or path.is_symlink():
-            target = path.resolve()
-            if not target.is_relative_to(self._root):
-                raise UserError(
-                    f"{self.csv_file} row {self.lines[index]}: {self.files[index]!r} leads "
-                    f"through a symlink to {target}, outside data.image_dir={self.image_dir}; "
-                    f"move the file inside or set (+)data.follow_symlinks=true"
-                )
-        return path
-
-    def _dir_inside(self, parent: str) -> bool:
-        inside = self._inside_dirs.get(parent)
-        if inside is None:
-            inside = (self.image_dir / parent).resolve().is_relative_to(self._root)
-            self._inside_dirs[parent] = inside
-        return inside
+        target = leads_outside(
+            self.image_dir, name, self.follow_symlinks, root=self._root, dirs=self._inside_dirs
+        )
+        if target is not None:
+            raise UserError(
+                f"{self.csv_file} row {self.lines[index]}: {self.files[index]!r} leads "
+                f"through a symlink to {target}, outside data.image_dir={self.image_dir}; "
+                f"move the file inside or set (+)data.follow_symlinks=true"
+            )
+        return self.image_dir / name
 
     def load_image(self, index: int) -> Image.Image:
         """Decode image ``index`` (converted and resized as configured), without transforms."""
@@ -162,11 +219,9 @@ class CsvImageDataset(Dataset):
             return self._decoded[index]
         path = self.path(index)
         try:
-            image = decode(path, self.image_mode)
+            image = read_image(path, self.image_mode, self.image_size)
         except UserError as err:
             raise UserError(f"{self.csv_file} row {self.lines[index]}: {err}") from None
-        if self.image_size is not None and image.size != self.image_size[::-1]:
-            image = image.resize(self.image_size[::-1], Image.BILINEAR)
         if self.cache:
             self._decoded[index] = image
         return image
