@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from lightning.pytorch import Callback
 from PIL import Image
@@ -346,7 +347,6 @@ class RecordingImages(RandomImages):
         _instances += 1
 
     def __getitem__(self, i: int):
-        import os
 
         with open(f"{self.record_dir}/reads-{os.getpid()}-{self.instance}.txt", "a") as f:
             f.write(f"{i}\n")
@@ -382,8 +382,6 @@ class SignalAt(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
-            import os
-
             os.kill(os.getpid(), self.signum)
 
 
@@ -412,7 +410,6 @@ class GcProbe(Callback):
         self.path = path
 
     def on_train_start(self, trainer, pl_module) -> None:
-        import gc
 
         with open(self.path, "a") as f:
             f.write(f"{gc.isenabled()} {gc.get_freeze_count()}\n")
@@ -429,7 +426,6 @@ class Rendezvous(Callback):
         self.wait_epochs, self.count, self.timeout = wait_epochs, count, timeout
 
     def on_train_start(self, trainer, pl_module) -> None:
-        from pathlib import Path
 
         if trainer.max_epochs != self.wait_epochs:
             return
@@ -440,8 +436,6 @@ class Rendezvous(Callback):
             time.sleep(0.05)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        import os
-        from pathlib import Path
 
         if trainer.max_epochs != self.wait_epochs:
             Path(self.folder, f"ended-{os.getpid()}-{time.time_ns()}").touch()
@@ -456,10 +450,6 @@ class SignalOnce(Callback):
         self.step, self.marker, self.job, self.signum = step, marker, job, signum
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        import os
-        from pathlib import Path
-
-        from hydra.core.hydra_config import HydraConfig
 
         if trainer.global_step != self.step or Path(self.marker).exists():
             return
@@ -476,11 +466,9 @@ class FillDiskOnce(Callback):
         self.epoch, self.ballast, self.marker = epoch, ballast, marker
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        from pathlib import Path
 
         if trainer.current_epoch != self.epoch or Path(self.marker).exists():
             return
-        import contextlib
 
         Path(self.marker).touch()
         with contextlib.suppress(OSError), open(self.ballast, "wb") as f:

@@ -27,17 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
 CANNOT_START = 3  # the script's exit code for "this machine cannot run the cluster"
 # states after which a job will not run again (unless requeued by someone)
-FINAL_STATES = {
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "PREEMPTED",
-}
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                "BOOT_FAIL", "DEADLINE", "PREEMPTED"}  # fmt: skip
 
 
 @dataclass
@@ -72,16 +63,8 @@ class SlurmCluster:
     def job(self, job_id: str) -> dict[str, str]:
         """``scontrol show job`` as a dict (JobState, Restarts, ExitCode, StdOut, ...); {} if
         SLURM does not know the job."""
-        res = subprocess.run(
-            ["scontrol", "show", "job", "-o", str(job_id)],
-            env=self.environ(),
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if res.returncode != 0 or not res.stdout.strip():
-            return {}
-        return parse_scontrol(res.stdout.splitlines()[0])
+        out = self.cmd("scontrol", "show", "job", "-o", str(job_id), check=False).strip()
+        return parse_scontrol(out.splitlines()[0]) if out else {}
 
     def wait_job(
         self,
@@ -143,16 +126,10 @@ def _alive(pid: int) -> bool:
 
 
 def _read_pids(state_dir: Path) -> dict[str, int]:
-    files = {
-        "slurmctld": state_dir / "slurmctld.pid",
-        "slurmd": state_dir / "slurmd.pid",
-        "munged": state_dir / "munge" / "munged.pid",
-    }
-    pids = {}
-    for name, path in files.items():
-        if path.is_file() and path.read_text().strip().isdigit():
-            pids[name] = int(path.read_text())
-    return pids
+    files = {"slurmctld": state_dir / "slurmctld.pid", "slurmd": state_dir / "slurmd.pid",
+             "munged": state_dir / "munge" / "munged.pid"}  # fmt: skip
+    return {name: int(path.read_text()) for name, path in files.items()
+            if path.is_file() and path.read_text().strip().isdigit()}  # fmt: skip
 
 
 def _skip(reason: str) -> None:
@@ -171,13 +148,10 @@ def slurm_cluster(tmp_path_factory) -> Iterable[SlurmCluster]:
     partition = "debug"
     env = {"SLURM_LOCAL_PARTITION": partition}
     start = time.monotonic()
-    res = subprocess.run(
-        ["bash", str(SCRIPT), "up", str(state_dir)],
-        capture_output=True,
-        text=True,
-        timeout=600,  # the first time includes apt-get (an update and 8 packages)
-        env={**os.environ, **env},
-    )
+    res = subprocess.run(  # the first time includes apt-get (an update and 8 packages)
+        ["bash", str(SCRIPT), "up", str(state_dir)], capture_output=True, text=True,
+        timeout=600, env={**os.environ, **env},
+    )  # fmt: skip
     if res.returncode == CANNOT_START:
         print(res.stderr, file=sys.stderr)
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
@@ -200,11 +174,9 @@ def slurm_cluster(tmp_path_factory) -> Iterable[SlurmCluster]:
     finally:
         start = time.monotonic()
         down = subprocess.run(
-            ["bash", str(SCRIPT), "down", str(state_dir)],
-            capture_output=True,
-            text=True,
+            ["bash", str(SCRIPT), "down", str(state_dir)], capture_output=True, text=True,
             timeout=120,
-        )
+        )  # fmt: skip
         print(f"slurm_cluster: down in {time.monotonic() - start:.1f}s", file=sys.stderr)
         left = {name: pid for name, pid in cluster.pids.items() if _alive(pid)}
         assert down.returncode == 0, down.stderr

@@ -9,7 +9,7 @@ import torch
 
 from experiments.errors import find_user_error
 from experiments.train import train
-from tests.conftest import write_image_folder
+from tests.helpers import write_image_folder
 from tests.test_datasets import write_cifar10, write_mnist
 
 
@@ -188,3 +188,14 @@ def test_train_epoch_accuracy_and_loss_are_those_of_every_training_sample(make_c
         make_cfg("+trainer.max_steps=3", f"paths.output_dir={tmp_path / 'b'}", "logger=none")
     )
     assert 0.0 <= stopped["train/acc"] <= 1.0 and stopped["train/loss"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("extra", [[], ["trainer.devices=2", "trainer.strategy=ddp"]])
+def test_bf16_mixed_on_a_gpu_trains_to_finite_metrics(make_cfg, tmp_path, extra):
+    if extra and torch.cuda.device_count() < 2:
+        pytest.skip("DDP on GPUs needs two of them; one is visible")
+    cfg = make_cfg("trainer=gpu", "trainer.precision=bf16-mixed", "debug=fast", *extra)
+    metrics = train(cfg)
+    assert "test/acc" in metrics
+    assert all(torch.isfinite(torch.tensor(float(v))) for v in metrics.values())
