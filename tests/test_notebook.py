@@ -333,3 +333,19 @@ def test_a_tag_does_not_make_verify_call_the_run_modified(real_sweep, tmp_path):
     assert check_integrity(run).ok
     runs_cmd("tag", str(run), "checked", cwd=tmp_path)
     assert check_integrity(run).ok
+
+
+@pytest.mark.slow
+def test_compare_the_sweep_summary_and_the_model_card_show_tags(real_sweep, tmp_path):
+    sweep = real_sweep / "sweep"
+    summary = (sweep / "summary.md").read_text()
+    header = next(line for line in summary.splitlines() if line.startswith("| job"))
+    assert "tags" in [c.strip() for c in header.split("|")]
+    assert sum(line.endswith("| first |") for line in summary.splitlines()) == 2
+    card = RunDir(sweep / "0").model_card.read_text()
+    assert "- tags: `first` (as of this card's writing)" in card
+    runs_cmd("tag", str(sweep / "1"), "checked", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.compare", str(sweep), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = (sweep / "compare.md").read_text()
+    assert "[tags: first, checked]" in report and "[tags: first]" in report

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from experiments.analysis.notebook.notes import read_tags
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write, read_json_object, read_yaml
 from experiments.runs.layout import (
@@ -289,6 +290,9 @@ def _recipe(cfg, layout: RunDir, metrics: dict) -> list[str]:
     lines = ["## Recipe", ""]
     lines.append(f"- net: {md_code(name or net)}" + (f" ({md_code(net)})" if name else ""))
     lines.append(f"- command: {md_code(' '.join(['python -m experiments.train', *args]))}")
+    tags = read_tags(layout.path)
+    if tags:
+        lines.append(f"- tags: {', '.join(md_code(t) for t in tags)} (as of this card's writing)")
     if isinstance(metrics.get("loss"), str):
         lines.append(f"- loss: {md_code(metrics['loss'])}")
     if isinstance(metrics.get("loss_note"), str):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.groups import Comparison, Group
+from experiments.analysis.notebook.notes import read_tags
 from experiments.analysis.runs import Value, read_curve, show_path
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write
@@ -121,8 +122,14 @@ def markdown(comparison: Comparison, runs_section: bool = True) -> str:
         for group in c.groups:
             seeds = ", ".join(value_text(s) for s in group.seeds)
             lines.append(f"- {group.name} (seeds {seeds}):")
-            lines += [f"  - {show_path(r.path)}" for r in group.runs]
+            lines += [f"  - {show_path(r.path)}{_tags(r.path)}" for r in group.runs]
     return "\n".join(lines) + "\n"
+
+
+def _tags(run_dir) -> str:
+    """`` [tags: a, b]`` of a run (launch tags and ``experiments-runs tag``), or nothing."""
+    tags = read_tags(run_dir)
+    return f" [tags: {cell(', '.join(tags))}]" if tags else ""
 
 
 def _epochs_line(c: Comparison) -> str:

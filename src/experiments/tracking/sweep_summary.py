@@ -26,6 +26,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from experiments.analysis.notebook.notes import read_tags
 from experiments.compat.hydra import as_recorded_failure, job_outcome
 from experiments.errors import UserError, find_user_error
 from experiments.runs.files import atomic_write, read_json_object, read_yaml, write_json
@@ -246,6 +247,7 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
         "status": status,
         "error": str(error or ""),
         "remedies": "; ".join(str(r) for r in _remedies(job, metrics, status)),
+        "tags": " ".join(read_tags(job_file.parent)),  # tags=[...] at launch, experiments-runs tag
         "dir": job_file.parent.name,
     }
     return row, job.get("trial")
