@@ -11,7 +11,7 @@ import pytest
 from experiments.config import CONF_DIR, schema
 from experiments.config.precheck import precheck
 from experiments.errors import UserError
-from tests.conftest import run_cli, write_image_folder
+from tests.helpers import run_inproc, write_image_folder
 
 # (override, what the one line says after "<key>=<value> is not valid: expected ")
 OUT_OF_RANGE = [
@@ -142,7 +142,7 @@ def test_the_command_line_check_refuses_out_of_range_values(
 
 def test_an_out_of_range_value_on_the_command_line_is_one_line_exit_2(tmp_path, data_dir):
     csv_file, image_dir = write_image_folder(tmp_path / "imgs", n=8)
-    res = run_cli(
+    res = run_inproc(
         *("-m", "experiments.train", "data=image_csv", f"data.csv_file={csv_file}"),
         *(f"data.image_dir={image_dir}", "data.image_size=[0,0]", f"paths.data_dir={data_dir}"),
         cwd=tmp_path,

@@ -22,7 +22,7 @@ from experiments.errors import UserError, find_user_error
 from experiments.models.losses import FocalLoss, inverse_frequency
 from experiments.models.metrics import ConfusionStats, summarize
 from experiments.train import train
-from tests.conftest import REPO, run_cli, train_cli
+from tests.helpers import REPO, run_inproc, train_cli
 
 QUICK = ["logger=none", "data.num_workers=0", "seed=0"]
 
@@ -133,7 +133,7 @@ def test_bad_metric_loss_or_sampler_is_one_line(make_cfg, override, named):
 
 
 def test_class_weights_on_a_dataset_without_targets_is_one_line_exit_2(tmp_path, data_dir):
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "model.class_weights=auto",
@@ -166,12 +166,12 @@ def test_the_logit_adjusted_loss_is_cross_entropy_of_logits_plus_tau_log_prior(m
 
 def test_posthoc_logit_adjustment_is_reported_by_eval(tmp_path, data_dir):
     run = train_cli(tmp_path / "run", data_dir, "trainer.max_epochs=1")
-    res = run_cli("-m", "experiments.eval", f"run_dir={run}", "posthoc_tau=1.0", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.eval", f"run_dir={run}", "posthoc_tau=1.0", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     metrics = json.loads((run / "eval_metrics.json").read_text())
     # digits are balanced: subtracting a near-uniform prior barely moves a prediction
     assert abs(metrics["test/posthoc/acc"] - metrics["test/acc"]) < 0.02
-    res = run_cli("-m", "experiments.eval", f"run_dir={run}", "posthoc_tau=x", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.eval", f"run_dir={run}", "posthoc_tau=x", cwd=tmp_path)
     assert res.returncode == 2 and "posthoc_tau='x' is not a number" in res.stderr
 
 

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from experiments.runs.layout import RunDir
-from tests.conftest import run_cli, train_cli, write_image_folder
+from tests.helpers import run_inproc, train_cli, write_image_folder
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def image_run(tmp_path_factory):
 
 
 def _cli(command, run, *args):
-    res = run_cli("-m", f"experiments.{command}", f"run_dir={run}", *args, cwd=run.parent)
+    res = run_inproc("-m", f"experiments.{command}", f"run_dir={run}", *args, cwd=run.parent)
     assert res.returncode == 0, res.stderr[-2000:]
     return res
 

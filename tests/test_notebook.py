@@ -24,10 +24,10 @@ from experiments.analysis.stats import metric_bounds, summarize
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir
 from experiments.runs.lock import RunLock
-from tests.helpers import REPO, run_inproc
+from tests.helpers import REPO, run_inproc, run_process
 from tests.notebook_helpers import write_run, write_runs
 
-CMD = "experiments.analysis.notebook.command"  # experiments-runs, once pyproject names it
+CMD = "experiments.analysis.notebook.command"  # the experiments-runs console script
 
 
 def runs_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -232,7 +232,7 @@ def test_report_is_self_contained_and_escapes_run_data(outputs, tmp_path):
 
 def test_import_experiments_stays_cheap():
     code = "import sys, experiments; print(sorted({'pandas','torch','plotly'} & set(sys.modules)))"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    res = run_process([sys.executable, "-c", code], check=True)
     assert res.stdout.strip() == "[]"
     assert experiments.find_runs.__module__ == "experiments.analysis.notebook.query"
 
@@ -253,7 +253,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def chromium(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
            "--virtual-time-budget=5000", *args]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return run_process(cmd, timeout=timeout)
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import run_cli, write_image_folder
+from tests.helpers import run_inproc, write_image_folder
 from tests.test_tracking import no_account_env
 from tests.wandb_reader import records
 
@@ -51,7 +51,7 @@ def _no_wandb_account(tmp_path) -> dict:
 
 def test_a_run_reports_validation_at_the_epoch_best_pt_keeps(tmp_path, data_dir):
     run = tmp_path / "run"
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", *_image_run(tmp_path), *COLLAPSE, "logger=wandb",
         f"paths.data_dir={data_dir}", f"hydra.run.dir={run}",
         cwd=tmp_path, env_extra=_no_wandb_account(tmp_path),
@@ -113,7 +113,7 @@ def _summary_rows(sweep):
 def test_sweep_summary_and_plots_come_from_every_finished_job(tmp_path, data_dir):
     # lr x seed: after two jobs only the seed varied, and summary.png was drawn "by seed",
     # then never replaced once lr varied too
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "-m", "optimizer.lr=0.01,0.3", "seed=0,1", "debug=limit",
         "logger=none", f"paths.data_dir={data_dir}", cwd=tmp_path,
     )  # fmt: skip
@@ -142,7 +142,7 @@ def test_sweep_summary_and_plots_come_from_every_finished_job(tmp_path, data_dir
 def test_optuna_importance_names_its_evaluator_and_leaves_seeds_out(tmp_path, data_dir):
     trials = [f"{{optimizer.lr:{lr},seed:{seed}}}" for lr in (0.001, 0.5) for seed in (0, 1)]
     enqueue = ",".join(trials)
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", "-m", "hparams_search=optuna", "hydra.sweeper.params={}",
         "logger=none", "task_name=debug", "debug=limit", "hydra.sweeper.n_trials=4",
         "optimizer.lr=choice(0.001,0.5)", "seed=choice(0,1)", f"hydra.sweeper.enqueue=[{enqueue}]",
@@ -170,7 +170,7 @@ def _one_line_error(res) -> str:
 def test_a_key_of_another_data_option_is_refused_not_ignored(tmp_path, data_dir, plus):
     # data=digits (the default) would train on the bundled digits and ignore the CSV
     csv_file, _ = write_image_folder(tmp_path / "own")
-    res = run_cli(
+    res = run_inproc(
         "-m", "experiments.train", f"{plus}data.csv_file={csv_file}", "debug=fast",
         f"paths.data_dir={data_dir}", cwd=tmp_path,
     )  # fmt: skip
@@ -189,18 +189,18 @@ def test_a_key_of_another_data_option_is_refused_not_ignored(tmp_path, data_dir,
     ],
 )
 def test_keys_the_chosen_option_ignores_name_their_option(tmp_path, override, owner):
-    res = run_cli("-m", "experiments.train", override, "--cfg", "job", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.train", override, "--cfg", "job", cwd=tmp_path)
     key = override.lstrip("+").split("=")[0]
     assert f"{key} belongs to {owner}, not " in _one_line_error(res)
 
 
 def test_a_key_the_chosen_option_uses_is_still_added(tmp_path):
     # Lightning's Trainer reads sync_batchnorm whatever trainer= option set the others
-    res = run_cli("-m", "experiments.train", "+trainer.sync_batchnorm=true", "--cfg", "job",
+    res = run_inproc("-m", "experiments.train", "+trainer.sync_batchnorm=true", "--cfg", "job",
                   cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     assert "sync_batchnorm: true" in res.stdout
-    res = run_cli("-m", "experiments.train", "trainer.sync_batchnorm=true", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.train", "trainer.sync_batchnorm=true", cwd=tmp_path)
     line = _one_line_error(res)
     assert "trainer=ddp sets it" in line and "+trainer.sync_batchnorm=" in line
 

@@ -21,8 +21,7 @@ from experiments.runs.checkpoint_io import AtomicCheckpointIO, newest_valid_chec
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
 from experiments.train import train
-from tests.conftest import REPO, run_cli, run_process
-from tests.helpers import Payload
+from tests.helpers import REPO, Payload, run_cli, run_inproc, run_process
 
 # its runs use targets of tests.helpers, which a resumed run may replay only when trusted
 ENV = {"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.helpers"}
@@ -387,7 +386,7 @@ def test_malformed_override_is_refused_before_hydra_in_one_line(
 
 @pytest.mark.parametrize(("override", "named"), [MALFORMED[1], ("+trainer.nosuch=1", "nosuch")])
 def test_malformed_override_on_the_command_line_is_one_line_exit_2(tmp_path, override, named):
-    res = run_cli("-m", "experiments.train", override, cwd=tmp_path)
+    res = run_inproc("-m", "experiments.train", override, cwd=tmp_path)
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.returncode == 2
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
@@ -413,7 +412,7 @@ def test_unknown_keys_and_top_level_values_answer_before_torch_is_imported(tmp_p
 @pytest.mark.slow
 def test_secrets_never_reach_the_run_dir(tmp_path, data_dir):
     canary = "CANARY-SECRET-7f3a9"
-    res = run_cli(
+    res = run_inproc(
         "-m",
         "experiments.train",
         "logger=wandb",
@@ -424,7 +423,7 @@ def test_secrets_never_reach_the_run_dir(tmp_path, data_dir):
         env_extra={"WANDB_API_KEY": canary},
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    res = run_cli("-m", "experiments.train", f"+logger.wandb.api_key={canary}", cwd=tmp_path)
+    res = run_inproc("-m", "experiments.train", f"+logger.wandb.api_key={canary}", cwd=tmp_path)
     assert res.returncode != 0 and "environment" in res.stderr
     hits = [
         p
@@ -440,7 +439,7 @@ def test_a_secret_interpolated_under_an_ordinary_key_never_reaches_files_or_cons
     tmp_path, data_dir
 ):
     canary = "CANARY-TOKEN-a41c"
-    res = run_cli(
+    res = run_inproc(
         *("-m", "experiments.train", "logger=wandb", "logger.wandb.mode=offline", "debug=limit"),
         *("+note=${oc.env:MY_SECRET_TOKEN}", "+plain=${oc.env:MY_PLAIN_SETTING}"),
         f"paths.data_dir={data_dir}",
