@@ -11,7 +11,6 @@ from pathlib import Path
 
 import yaml
 
-from experiments.analysis.notebook.index import HYDRA_RUNTIME
 from experiments.runs.layout import RunDir, SweepDir
 
 DATASETS = ("digits", "fashion_mnist")
@@ -79,7 +78,7 @@ def write_run(
                "model": model, "hydra/launcher": "basic"}  # fmt: skip
     hydra = {"hydra": {"run": {"dir": str(path)}, "runtime": {"output_dir": str(path),
                                                              "choices": choices}}}  # fmt: skip
-    run.saved_config.with_name(HYDRA_RUNTIME).write_text(yaml.safe_dump(hydra, sort_keys=False))
+    run.hydra_runtime.write_text(yaml.safe_dump(hydra, sort_keys=False))
     curve = [accuracy(data, model, lr, seed, e) for e in range(epochs)]
     best = max(range(epochs), key=lambda e: curve[e])
     losses = [round(1.5 - c, 6) for c in curve]

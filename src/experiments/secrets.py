@@ -15,8 +15,6 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from experiments.runs.layout import RunDir
-
 REDACTED = "<redacted>"
 
 # words (split at . _ - / and camelCase; plurals count as their singular) that name a
@@ -212,15 +210,14 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     return [a.split("=", 1)[0] + "=" + REDACTED if secret_key_in(a) else a for a in argv]
 
 
-def redact_saved_config(cfg) -> None:
-    """Hydra wrote .hydra/config.yaml before we ran: strip secret values from it."""
-    from hydra.core.hydra_config import HydraConfig
+def redact_saved_config(cfg, saved) -> None:
+    """Hydra wrote ``saved`` (the run's .hydra/config.yaml) before we ran: strip secret values
+    from it (``saved`` None: no Hydra run, nothing was written)."""
     from omegaconf import OmegaConf
 
     plain = OmegaConf.to_container(cfg, resolve=False)
     clean = redact(plain)
-    if clean == plain or not HydraConfig.initialized():
+    if clean == plain or saved is None:
         return
-    saved = RunDir(HydraConfig.get().runtime.output_dir).saved_config
     if saved.is_file():
         OmegaConf.save(OmegaConf.create(clean), saved)

@@ -363,7 +363,8 @@ def main(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         if process_rank() == 0:
-            redact_saved_config(cfg)
+            output = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
+            redact_saved_config(cfg, RunDir(output).saved_config if output else None)
             if cfg.get("print_config"):  # else it is only in the run dir (.hydra/config.yaml)
                 print_config_tree(cfg, GROUP_ORDER + ("paths", "seed", "task_name"))
         else:  # a DDP rank Lightning re-launched: rank 0 speaks for all

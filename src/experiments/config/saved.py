@@ -331,6 +331,6 @@ def check_output(output: Path, run_dir: Path) -> Path:
     if first != PREDICTIONS_HEADER:
         raise UserError(
             f"output={output} would replace {target.name}, a file of the run {run_dir}; "
-            f"give a new file name (the default is {run_dir}/predictions.csv)"
+            f"give a new file name (the default is {RunDir(run_dir).predictions})"
         )
     return output

@@ -44,6 +44,8 @@ MANIFEST = "manifest.json"  # runs.manifest: a run's or a sweep's (or a job's) f
 HYDRA = ".hydra"
 SAVED_CONFIG = "config.yaml"
 SAVED_OVERRIDES = "overrides.yaml"
+HYDRA_RUNTIME = "hydra.yaml"  # Hydra's own record of the run: its choices, its job
+NOTES = "notes.json"  # tags and a note added after the run (experiments-runs); not an artifact
 CV_REPORT = "cv.md"
 FOLD_PREFIX = "fold_"  # fold_<k>/: cv.folds=K trains one run per fold inside the run folder
 CSV_LOG = ("csv", "metrics.csv")  # the CSV logger's rows (tracking's csv logger writes it)
@@ -292,6 +294,15 @@ class RunDir:
     @property
     def saved_overrides(self) -> Path:
         return self.path / HYDRA / SAVED_OVERRIDES
+
+    @property
+    def hydra_runtime(self) -> Path:
+        return self.path / HYDRA / HYDRA_RUNTIME
+
+    @property
+    def notes(self) -> Path:
+        """Tags and a note added after the run (``experiments-runs tag``/``note``)."""
+        return self.path / NOTES
 
     @property
     def lock_file(self) -> Path:

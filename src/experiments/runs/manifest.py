@@ -31,13 +31,13 @@ from pathlib import Path
 
 from experiments.errors import UserError
 from experiments.runs.files import read_json_object, write_json
-from experiments.runs.layout import FOLD_PREFIX, JOB_FILE, MANIFEST
+from experiments.runs.layout import FOLD_PREFIX, JOB_FILE, MANIFEST, NOTES
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
 SKIPPED_DIRS = frozenset({"wandb", "mlruns", "csv", "tensorboard", "__pycache__", "profile"})
-SKIPPED_NAMES = frozenset({MANIFEST})
+SKIPPED_NAMES = frozenset({MANIFEST, NOTES})  # notes: a user's annotation, added later
 CHUNK = 1 << 20
 
 

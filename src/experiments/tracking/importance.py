@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments.runs.files import atomic_write
-from experiments.runs.layout import ONE_KEY_PLOT, SweepDir
+from experiments.runs.layout import SweepDir
 
-ONE_KEY = ONE_KEY_PLOT  # the name tracking.sweep_summary draws plot_one_key to
 # what optuna.importance's evaluators compute, for the summary's label
 EVALUATORS = {
     "FanovaImportanceEvaluator": (

@@ -366,7 +366,7 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         # the plots are drawn from every finished job each time, a stale one removed
         md += importance.section(sweep_dir, rows, metric, *_optuna_importance(sweep_dir))
         atomic_write(SweepDir(sweep_dir).summary_md, lambda f: f.write(md.encode()))
-        importance.plot_one_key(rows, metric, sweep_dir / importance.ONE_KEY)
+        importance.plot_one_key(rows, metric, SweepDir(sweep_dir).summary_png)
     return rows
 
 

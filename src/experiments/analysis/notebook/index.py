@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.notebook.notes import NOTES_FILE, launch_tags, merge_tags, read_notes
+from experiments.analysis.notebook.notes import launch_tags, merge_tags, read_notes
 from experiments.analysis.runs import Run, group_config, printable, replicates, select
 from experiments.errors import UserError, one_line
 from experiments.runs.files import atomic_write, parse_yaml, read_json, read_text
@@ -45,9 +45,6 @@ log = logging.getLogger(__name__)
 INDEX_FILE = ".runs-index.json"
 INDEX_VERSION = 1
 MAX_INDEX_BYTES = 256 * 1024 * 1024
-# Hydra's own record of the run (the group choices live there). It belongs in runs/layout.py
-# as RunDir.hydra_runtime; spelled here until that module has it.
-HYDRA_RUNTIME = "hydra.yaml"
 STATUSES = ("finished", "running", "failed", "broken")
 KINDS = ("run", "job", "cv")
 # metrics.json numbers that are not stage/name metrics but belong in the table
@@ -78,11 +75,11 @@ def run_files(run: RunDir) -> dict[str, Path]:
         "metrics": run.metrics,
         "config": run.saved_config,
         "overrides": run.saved_overrides,
-        "hydra": run.saved_config.with_name(HYDRA_RUNTIME),
+        "hydra": run.hydra_runtime,
         "best": run.best_json,
         "csv": run.csv_metrics,
         "job": SweepDir.job_file(run.path),
-        "notes": run.path / NOTES_FILE,
+        "notes": run.notes,
         "lock": run.lock_file,
     }
 
@@ -260,7 +257,7 @@ class Reader:
         record["duration_s"] = number(metrics.get("wall_time_s"))
 
     def _group_choices(self, run: RunDir, reasons: list[str]) -> dict[str, str]:
-        path = run.saved_config.with_name(HYDRA_RUNTIME)
+        path = run.hydra_runtime
         try:
             text = read_text(path)
         except UserError:

@@ -15,18 +15,15 @@ from typing import Any
 
 from experiments.errors import UserError, one_line
 from experiments.runs.files import read_json_object, read_yaml, write_json
-from experiments.runs.layout import RunDir
+from experiments.runs.layout import HYDRA, METRICS, RunDir
 
-# the file this package adds to a run folder (a user's annotation, not an artifact of the
-# run). It belongs in runs/layout.py as RunDir.notes; spelled here until that module has it.
-NOTES_FILE = "notes.json"
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 MAX_NOTE_CHARS = 20_000
 
 
 def notes_file(run_dir: str | os.PathLike) -> Path:
     """Where a run's tags and note live: ``<run>/notes.json``."""
-    return RunDir(Path(run_dir)).path / NOTES_FILE
+    return RunDir(Path(run_dir)).notes
 
 
 def read_notes(run_dir: str | os.PathLike) -> dict[str, Any]:
@@ -104,14 +101,14 @@ def require_run(run_dir: str | os.PathLike) -> RunDir:
     path = Path(run_dir)
     if not path.is_dir():
         what = "no such folder" if not path.exists() else "a file, not a run folder"
-        raise UserError(f"{path}: {what}; give a run folder (it holds .hydra/ or metrics.json)")
+        raise UserError(f"{path}: {what}; give a run folder (it holds {HYDRA}/ or {METRICS})")
     try:
         names = {e.name for e in os.scandir(path)}
     except OSError as err:
         raise UserError(f"{path}: cannot list it ({err.strerror})") from None
     if not RunDir.looks_like_run(names):
         raise UserError(
-            f"{path}: not a run folder (no .hydra/ and no metrics.json in it); tags and notes "
+            f"{path}: not a run folder (no {HYDRA}/ and no {METRICS} in it); tags and notes "
             f"go on one run, e.g. a sweep's <sweep>/0"
         )
     return RunDir(path)
