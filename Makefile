@@ -91,6 +91,7 @@ test-compat: install
 
 bench: install
 	$(PY) -m benchmarks.run --update-docs $(ARGS)
+	$(PY) benchmarks/notebook.py
 
 data: install
 	$(PY) scripts/get_data.py --root data --image-csv fashion_mnist
