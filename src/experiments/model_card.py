@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.notebook.notes import read_tags
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write, read_json_object, read_yaml
 from experiments.runs.layout import (
@@ -28,6 +27,7 @@ from experiments.runs.layout import (
     sidecar_of,
     weights_role,
 )
+from experiments.runs.notes import read_tags
 
 SPLITS = ("train", "val", "test")
 # Markdown punctuation that could start markup inline or end a table cell; "<" and "&" are

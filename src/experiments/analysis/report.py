@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.groups import Comparison, Group
-from experiments.analysis.notebook.notes import read_tags
 from experiments.analysis.runs import Value, read_curve, show_path
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write
 from experiments.runs.layout import BEST_SIDECAR, CHECKPOINTS
+from experiments.runs.notes import read_tags
 from experiments.tracking.sweep_summary import table_cell as cell
 
 CURVE_METRIC = "val/acc"

@@ -26,11 +26,11 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments.analysis.notebook.notes import read_tags
 from experiments.compat.hydra import as_recorded_failure, job_outcome
 from experiments.errors import UserError, find_user_error
 from experiments.runs.files import atomic_write, read_json_object, read_yaml, write_json
 from experiments.runs.layout import BEST_WEIGHTS, RunDir, SweepDir, read_sidecar, sidecar_epoch
+from experiments.runs.notes import read_tags
 from experiments.runs.orphans import end_with_sweep_process, exit_if_orphaned, mark_sweep_process
 from experiments.runs.sweep import KEPT, LOST_ENV, NODE_ENV, stop_reason
 from experiments.tracking import importance

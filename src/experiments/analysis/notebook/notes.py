@@ -14,81 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import UserError, one_line
-from experiments.runs.files import read_json_object, read_yaml, write_json
+from experiments.runs.files import write_json
 from experiments.runs.layout import HYDRA, METRICS, RunDir
+from experiments.runs.notes import (  # noqa: F401 (read here, re-exported for the notebook)
+    launch_tags,
+    merge_tags,
+    notes_file,
+    read_notes,
+    read_tags,
+)
 
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 MAX_NOTE_CHARS = 20_000
-
-
-def notes_file(run_dir: str | os.PathLike) -> Path:
-    """Where a run's tags and note live: ``<run>/notes.json``."""
-    return RunDir(Path(run_dir)).notes
-
-
-def read_notes(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """``{"tags": [...], "untagged": [...], "note": str}`` of a run (empty when it has none).
-
-    Raises:
-        UserError: the file is corrupt or holds fields of the wrong type (one line naming it).
-    """
-    path = notes_file(run_dir)
-    data = read_json_object(path)
-    found = {"tags": [], "untagged": [], "note": ""}
-    for key in ("tags", "untagged"):
-        value = data.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-            raise UserError(f"{path}: {key} must be a list of strings; fix or delete the file")
-        found[key] = value
-    note = data.get("note", "")
-    if not isinstance(note, str):
-        raise UserError(f"{path}: note must be a string; fix or delete the file")
-    found["note"] = note
-    return found
-
-
-def launch_tags(config: Any) -> list[str]:
-    """The ``tags`` of a saved config (``tags=[a,b]`` at launch); strings only, in order."""
-    tags = config.get("tags") if isinstance(config, dict) else None
-    if isinstance(tags, str):
-        return [tags]
-    return (
-        [str(t) for t in tags if isinstance(t, str | int | float)] if isinstance(tags, list) else []
-    )
-
-
-def merge_tags(launched: list[str], notes: dict[str, Any]) -> list[str]:
-    """Launch tags, then added ones, less the removed ones; each once, in that order."""
-    removed = set(notes.get("untagged", []))
-    merged: list[str] = []
-    for tag in [*launched, *notes.get("tags", [])]:
-        if tag not in removed and tag not in merged:
-            merged.append(tag)
-    return merged
-
-
-def read_tags(run_dir: str | os.PathLike) -> list[str]:
-    """A run's tags: those given at launch (its saved config) and those added since with
-    ``experiments-runs tag``, less those removed. A missing or unreadable file counts as no
-    tags (a warning is the caller's business: this is for showing tags beside other things,
-    e.g. in compare, the sweep summary or the model card).
-
-    Args:
-        run_dir: the run folder.
-
-    Returns:
-        The tags, each once, launch tags first.
-    """
-    run = RunDir(Path(run_dir))
-    try:
-        config = read_yaml(run.saved_config, {})
-    except UserError:
-        config = {}
-    try:
-        notes = read_notes(run.path)
-    except UserError:
-        notes = {}
-    return merge_tags(launch_tags(config), notes)
 
 
 def require_run(run_dir: str | os.PathLike) -> RunDir:
