@@ -291,7 +291,8 @@ def world(tmp_path_factory, data_dir) -> dict[str, Path]:
     run = train_cli(
         root / "run", data_dir, "data=image_csv", f"data.csv_file={csv_file}",
         f"data.image_dir={image_dir}", "data.val_fraction=0.25", "data.test_fraction=0.25",
-        "model.net.hidden_sizes=[8]", "trainer.max_epochs=1", "trainer.limit_train_batches=1",
+        "model=mlp", "model.net.hidden_sizes=[8]", "trainer.max_epochs=1",
+        "trainer.limit_train_batches=1",
     )  # fmt: skip
     job = {"status": "failed", "error": "ValueError: boom", "value": None, "overrides": []}
     (run / "job.json").write_text(json.dumps(job))  # as a failed sweep job leaves it

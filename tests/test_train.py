@@ -114,53 +114,6 @@ def test_freeze_keeps_weights_and_leaves_them_out_of_the_optimizer(make_cfg):
     assert torch.equal(before, net[1].weight)
 
 
-def test_per_batch_hooks_a_callback_does_not_override_are_skipped(make_cfg, tmp_path):
-    """Lightning calls every per-batch hook of every callback; inherited no-ops are nulled
-    on the instance (skipped), overridden ones stay, and a run still trains and logs."""
-    import csv
-
-    from experiments import build
-    from experiments.callbacks import FaultTolerance, ValidationAccuracy
-
-    cfg = make_cfg(
-        "trainer.max_epochs=2", "logger=csv", "test=false", "trainer.log_every_n_steps=5"
-    )
-    trainer = build.trainer(cfg, build.callbacks(cfg, with_logger=True), [])
-    fault = next(c for c in trainer.callbacks if isinstance(c, FaultTolerance))
-    assert fault.on_before_backward is None and callable(fault.on_train_batch_end)
-    accuracy = next(c for c in trainer.callbacks if isinstance(c, ValidationAccuracy))
-    assert accuracy.on_train_batch_start is None and callable(accuracy.on_validation_epoch_end)
-    # Lightning's own, idle as configured: epoch-end checkpoints, per-epoch learning rates
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-
-    checkpoint = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint))
-    monitor = next(c for c in trainer.callbacks if isinstance(c, LearningRateMonitor))
-    assert checkpoint.on_train_batch_end is None and monitor.on_train_batch_start is None
-    busy = make_cfg(
-        "+callbacks.model_checkpoint.every_n_train_steps=5",
-        "callbacks.model_checkpoint.every_n_epochs=null",
-        "callbacks.lr_monitor.logging_interval=step",
-    )
-    busy_trainer = build.trainer(busy, build.callbacks(busy, with_logger=True), [])
-    checkpoint = next(c for c in busy_trainer.callbacks if isinstance(c, ModelCheckpoint))
-    monitor = next(c for c in busy_trainer.callbacks if isinstance(c, LearningRateMonitor))
-    assert callable(checkpoint.on_train_batch_end) and callable(monitor.on_train_batch_start)
-
-    metrics = train(cfg)  # the same build path: per-class values reach the CSV and metrics
-    assert "val/recall/0" in metrics and "val/acc_class/0" not in metrics  # one key a number
-    with open(tmp_path / "run" / "csv" / "metrics.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    per_class = [r for r in rows if r.get("val/precision/3")]
-    assert [int(r["epoch"]) for r in per_class] == [0, 1]
-    assert all(0.0 <= float(r["val/precision/3"]) <= 1.0 for r in per_class)
-    # the step loss (written without self.log) at Lightning's step numbers and epochs
-    steps = [(int(r["step"]), int(r["epoch"])) for r in rows if r.get("train/loss_step")]
-    assert [s for s, _ in steps] == list(range(4, 4 + 5 * len(steps), 5)) and len(steps) >= 6
-    assert [e for _, e in steps] == sorted(e for _, e in steps) and {e for _, e in steps} == {0, 1}
-    last = [float(r["train/loss_step"]) for r in rows if r.get("train/loss_step")][-1]
-    assert metrics["train/loss_step"] == pytest.approx(last)
-
-
 def test_train_epoch_accuracy_and_loss_are_those_of_every_training_sample(make_cfg, tmp_path):
     """With lr=0 the weights never move, so the epoch's train/acc and train/loss must equal
     the net's accuracy and mean loss over the whole training split, however it was batched;

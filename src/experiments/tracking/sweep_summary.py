@@ -277,7 +277,7 @@ def _broken_row(job_file: Path, metric: str, reason: str) -> dict[str, Any]:
     return {
         "job": _job_num(job_file), "overrides": "", metric: None, "epoch": "",
         **dict.fromkeys(TEST_KEYS), "wall_time_s": None, "status": "broken",
-        "error": reason[:300], "remedies": "", "dir": job_file.parent.name,
+        "error": reason[:300], "remedies": "", "tags": "", "dir": job_file.parent.name,
     }  # fmt: skip
 
 
@@ -354,8 +354,9 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         rows = sorted(collect(sweep_dir, metric), key=best_first(metric, mode))
         if not rows:
             return rows
-        if not any(r["remedies"] for r in rows):  # a column only when a job was healed
-            rows = [{k: v for k, v in r.items() if k != "remedies"} for r in rows]
+        for column in ("remedies", "tags"):  # a column only when a job was healed / tagged
+            if not any(r[column] for r in rows):
+                rows = [{k: v for k, v in r.items() if k != column} for r in rows]
         fields = list(rows[0])
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=fields)
