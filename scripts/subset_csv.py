@@ -9,7 +9,8 @@ image files and keep their order in the input; which rows are kept depends on ``
   python scripts/subset_csv.py data/fashion_mnist_png/train.csv --imbalance 10
 
 ``--classes a,b,...`` first keeps only the rows of those classes (e.g. four similar classes
-of Fashion-MNIST). ``--profile step`` keeps n rows for the first half of the classes and n / R for the rest;
+of Fashion-MNIST). ``--profile step`` keeps n rows for the first half of the classes and
+n / R for the rest;
 ``--order a,b,...`` sets the class order from frequent to rare (default: the order the
 data module gives the classes: numeric when every label is an integer, else by name).
 n is the smallest class' count in the input. Writes ``<input stem>_per<N>.csv`` or
