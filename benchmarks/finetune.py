@@ -16,6 +16,7 @@ On each, three ways a user would train, as a user would (the CLI, one process a 
   plain    the same ImageNet weights and epochs, AdamW at one constant learning rate for
            every layer: no head-only epochs, no warmup or decay, no label smoothing, no
            augmentation
+  previous the recipe before this check (backbone at 0.1x, flips): ``--ways previous``
   scratch  our best scratch model on 28x28 images (model=cnn optimizer=adamw
            optimizer.lr=0.001, 15 epochs; docs/models.md)
 
@@ -66,12 +67,14 @@ SETS = {
 }  # fmt: skip
 WAYS = {
     "recipe": ["experiment=finetune"],
-    "plain": ["experiment=finetune", "model.freeze_backbone_epochs=0",
-              "model.backbone_lr_scale=1.0", "model.label_smoothing=0.0", "scheduler=none",
-              "augment=none"],
+    "plain": ["experiment=finetune", "model.freeze_backbone_epochs=0", "model.label_smoothing=0.0",
+              "scheduler=none", "augment=none"],
     "scratch": ["data=image_csv", "model=cnn", "optimizer=adamw", "optimizer.lr=0.001",
                 "trainer.max_epochs=15", "data.image_size=[28,28]"],
-    "tuned": ["experiment=finetune", "model.backbone_lr_scale=1.0", "augment=shift"],
+    # the recipe before this check: the backbone at 0.1x the head's rate, shifts and flips
+    "previous": ["experiment=finetune", "model.backbone_lr_scale=0.1", "augment=basic"],
+    # what model.loss=auto's logit-adjusted loss trades on a long-tailed set
+    "recipe_ce": ["experiment=finetune", "model.loss=cross_entropy"],
     # data=image_csv's first run, at a photo-like 96 px: the old default SGD against AdamW
     "cnn_sgd": ["data=image_csv", "model=cnn", "optimizer=sgd", "data.image_size=[96,96]"],
     "cnn_adamw": ["data=image_csv", "model=cnn", "optimizer=adamw", "data.image_size=[96,96]"],
