@@ -19,7 +19,14 @@ from typing import Any
 from experiments.config.dotted import dotted_leaves
 from experiments.errors import UserError, one_line
 from experiments.runs.files import parse_yaml, read_json, read_text
-from experiments.runs.layout import METRICS, RunDir, SweepDir, read_sidecar, sidecar_epoch
+from experiments.runs.layout import (
+    METRICS,
+    RunDir,
+    SweepDir,
+    read_sidecar,
+    run_folders,
+    sidecar_epoch,
+)
 from experiments.tracking.importance import is_replicate
 
 IGNORED_SECTIONS = ("seed", "paths", "hydra", "task_name", "tags", "resume")
@@ -249,24 +256,7 @@ def _runs_under(path: Path) -> list[Path]:
     if path.is_file():  # a run's metrics.json or config.yaml stands for its folder
         # anything else (e.g. a sweep's summary.csv from a shell glob) stands for no run
         return [RunDir.folder_of(path)] if RunDir.is_run_file(path) else []
-    runs, todo = [], [path]
-    while todo:
-        folder = todo.pop()
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            continue
-        names = {e.name for e in entries}
-        if RunDir.looks_like_run(names):
-            runs.append(Path(folder))
-            continue  # nothing to find inside a run (checkpoints, csv, ...)
-        subfolders = [
-            e.path
-            for e in entries
-            if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
-        ]
-        todo.extend(reversed(subfolders))  # depth-first, in name order
-    return runs
+    return [folder for folder, _ in run_folders(path)]
 
 
 def read_run(

@@ -6,6 +6,8 @@ its folder uses the constant below."""
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -431,3 +433,29 @@ class SweepDir:
     @property
     def manifest(self) -> Path:
         return self.path / MANIFEST
+
+
+def run_folders(root: Path) -> Iterator[tuple[Path, set[str]]]:
+    """``(run folder, its entry names)`` under ``root`` (``root`` itself when it is a run),
+    depth first in name order. Nothing inside a run is searched (its folds, checkpoints),
+    hidden folders and symlinked folders are passed by, an unreadable folder is skipped."""
+    todo = [Path(root)]
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        names = {e.name for e in entries}
+        if RunDir.looks_like_run(names):
+            yield folder, names
+            continue
+        subs = [Path(e.path) for e in entries if not e.name.startswith(".") and _is_dir(e)]
+        todo.extend(reversed(subs))
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False

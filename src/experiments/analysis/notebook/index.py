@@ -29,7 +29,6 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,14 @@ from experiments.analysis.notebook.notes import launch_tags, merge_tags, read_no
 from experiments.analysis.runs import Run, group_config, printable, replicates, select
 from experiments.errors import UserError, one_line
 from experiments.runs.files import atomic_write, parse_yaml, read_json, read_text
-from experiments.runs.layout import FOLD_PREFIX, METRICS, RunDir, SweepDir, sidecar_epoch
+from experiments.runs.layout import (
+    FOLD_PREFIX,
+    METRICS,
+    RunDir,
+    SweepDir,
+    run_folders,
+    sidecar_epoch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,31 +105,6 @@ def signature(folder: Path) -> list:
         except OSError:
             sig.append(None)
     return sig
-
-
-def walk(root: Path) -> Iterator[tuple[Path, set[str]]]:
-    """``(run folder, its entry names)`` under ``root`` (``root`` itself when it is a run),
-    depth first in name order; nothing inside a run is searched (its folds, checkpoints)."""
-    todo = [root]
-    while todo:
-        folder = todo.pop()
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            continue
-        names = {e.name for e in entries}
-        if RunDir.looks_like_run(names):
-            yield folder, names
-            continue
-        subs = [Path(e.path) for e in entries if not e.name.startswith(".") and _is_dir(e)]
-        todo.extend(reversed(subs))
-
-
-def _is_dir(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
 
 
 class Reader:
@@ -483,7 +464,7 @@ def build(root: str | os.PathLike, cache: bool = True) -> Index:
     reader = Reader()
     entries: dict[str, dict] = {}
     records, configs, read = [], {}, 0
-    for folder, names in walk(root):
+    for folder, names in run_folders(root):
         rel = folder.relative_to(root).as_posix()
         sig = signature(folder)
         old = old_entries.get(rel)

@@ -197,22 +197,20 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     return tokens
 
 
-def _or(tokens, at, text):
-    left, at = _and(tokens, at, text)
-    parts = [left]
-    while at < len(tokens) and tokens[at] == ("word", "or"):
-        right, at = _and(tokens, at + 1, text)
-        parts.append(right)
-    return (parts[0] if len(parts) == 1 else Node("or", tuple(parts))), at
+def _chain(word: str, lower):
+    """A parser of ``lower ( word lower )*`` (``a and b and c``): one node, or the clause."""
 
+    def parse(tokens, at, text):
+        parts = []
+        while True:
+            part, at = lower(tokens, at, text)
+            parts.append(part)
+            if not (at < len(tokens) and tokens[at] == ("word", word)):
+                break
+            at += 1
+        return (parts[0] if len(parts) == 1 else Node(word, tuple(parts))), at
 
-def _and(tokens, at, text):
-    left, at = _not(tokens, at, text)
-    parts = [left]
-    while at < len(tokens) and tokens[at] == ("word", "and"):
-        right, at = _not(tokens, at + 1, text)
-        parts.append(right)
-    return (parts[0] if len(parts) == 1 else Node("and", tuple(parts))), at
+    return parse
 
 
 def _not(tokens, at, text):
@@ -243,6 +241,10 @@ def _not(tokens, at, text):
     op = "=" if tokens[at + 1][1] == "==" else tokens[at + 1][1]
     raw_kind, raw = tokens[at + 2]
     return Clause(value, op, raw if raw_kind == "str" else _number_or_word(raw)), at + 3
+
+
+_and = _chain("and", _not)
+_or = _chain("or", _and)
 
 
 def _number_or_word(text: str) -> Any:
