@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from experiments.runs.layout import RunDir
-from tests.conftest import REPO, run_cli, run_process
+from tests.helpers import REPO, run_cli, run_inproc, run_process
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -61,10 +61,10 @@ def cluster():
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _sweep(tmp_path, data_dir, *args: str, address: str | None = None):
+def _sweep(tmp_path, data_dir, *args: str, address: str | None = None, runner=None):
     sweep = tmp_path / "sweep"
     where = [f"hydra.launcher.address={address}"] if address else []
-    res = run_cli(
+    res = (runner or run_cli)(
         "-m", "experiments.train", "-m", "hydra/launcher=ray", *where, *args,
         f"paths.data_dir={data_dir}", f"hydra.sweep.dir={sweep}", "logger=csv",
         cwd=tmp_path, env_extra=RAY_ENV,
@@ -134,11 +134,15 @@ def test_ray_mistakes_are_one_line_before_any_job(tmp_path, data_dir, cluster, n
         f"hydra.launcher.address={cluster} hydra.launcher.gpus_per_job=1": "no node of the Ray",
     }
     for args, says in cases.items():
-        res, sweep = _sweep(tmp_path, data_dir, *args.split(), "optimizer.lr=0.01,0.1")
+        # refused before Ray starts: in-process, but for the one that joins a real cluster
+        runner = run_cli if "gpus_per_job" in args else run_inproc
+        res, sweep = _sweep(tmp_path, data_dir, *args.split(), "optimizer.lr=0.01,0.1",
+                            runner=runner)  # fmt: skip
         assert res.returncode == 2, (args, res.stderr[-2000:])
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and says in lines[0], (args, lines)
         assert not sweep.exists()  # nothing written, no job started
+    assert not sys.modules.get("ray") or not sys.modules["ray"].is_initialized()  # never joined
 
 
 def test_a_lost_job_is_recorded_and_run_again_on_ray_started_here(tmp_path, data_dir):
