@@ -45,6 +45,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from experiments.runs.layout import RunDir
+
 REPO = Path(__file__).resolve().parents[1]
 SUBSET = [sys.executable, str(REPO / "scripts" / "subset_csv.py")]
 SIMILAR = "coat,pullover,shirt,t-shirt"
@@ -120,8 +122,8 @@ def train(set_name: str, way: str, seed: int, data_dir: Path, out: Path, extra: 
     wall = time.perf_counter() - start
     if res.returncode != 0:
         raise SystemExit(f"{set_name} {way} seed {seed} failed:\n{res.stderr[-3000:]}")
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+    metrics = json.loads(RunDir(run_dir).metrics.read_text())
+    with open(RunDir(run_dir).csv_metrics, newline="") as f:
         val_losses = [float(r["val/loss"]) for r in csv.DictReader(f) if r.get("val/loss")]
     row = {
         "set": set_name, "way": way, "seed": seed, "wall_s": round(wall, 1),

@@ -290,7 +290,7 @@ def _recipe(cfg, layout: RunDir, metrics: dict) -> list[str]:
     lines = ["## Recipe", ""]
     lines.append(f"- net: {md_code(name or net)}" + (f" ({md_code(net)})" if name else ""))
     lines.append(f"- command: {md_code(' '.join(['python -m experiments.train', *args]))}")
-    tags = read_tags(layout.path)
+    tags = read_tags(layout.path, cfg if cfg is not None else {})  # the config read above
     if tags:
         lines.append(f"- tags: {', '.join(md_code(t) for t in tags)} (as of this card's writing)")
     if isinstance(metrics.get("loss"), str):

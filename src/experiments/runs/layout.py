@@ -150,6 +150,7 @@ class RunDir:
     <run>/env.json, git.diff, requirements.txt, reproduce.sh  provenance (runs.provenance)
     <run>/manifest.json                     every artifact's sha256 and size (runs.manifest)
     <run>/.lock                             held by the process training in it
+    <run>/notes.json                        tags and a note added later (experiments-runs)
     <run>/csv/metrics.csv                   the CSV logger's rows (logger=csv, the default)
     <run>/fold_<k>/                         cv.folds=K: one such run per fold (+ cv.md)
     """

@@ -59,7 +59,7 @@ def merge_tags(launched: list[str], notes: dict[str, Any]) -> list[str]:
     return merged
 
 
-def read_tags(run_dir: str | os.PathLike) -> list[str]:
+def read_tags(run_dir: str | os.PathLike, config: dict | None = None) -> list[str]:
     """A run's tags: those given at launch (its saved config) and those added since with
     ``experiments-runs tag``, less those removed. A missing or unreadable file counts as no
     tags (a warning is the caller's business: this is for showing tags beside other things,
@@ -67,15 +67,17 @@ def read_tags(run_dir: str | os.PathLike) -> list[str]:
 
     Args:
         run_dir: the run folder.
+        config: its saved config where the caller has read it already (not read again).
 
     Returns:
         The tags, each once, launch tags first.
     """
     run = RunDir(Path(run_dir))
-    try:
-        config = read_yaml(run.saved_config, {})
-    except UserError:
-        config = {}
+    if config is None:
+        try:
+            config = read_yaml(run.saved_config, {})
+        except UserError:
+            config = {}
     try:
         notes = read_notes(run.path)
     except UserError:
