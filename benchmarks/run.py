@@ -39,7 +39,7 @@ from experiments.data import CsvImageDataset, export_digits
 from experiments.data.loaders import StoreLoader
 from experiments.data.samplers import EpochShuffleSampler
 from experiments.data.store import TensorStore
-from experiments.train import train
+from experiments.training.pipeline import train
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("step", "startup", "data", "tta")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import gc
+import importlib
 import io
 import logging
 import os
@@ -18,7 +19,6 @@ import time
 import traceback
 import warnings
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
@@ -95,12 +95,11 @@ def run_cli(
 
 
 def _entry(module: str):
-    """The console entry point ``python -m module`` calls (``experiments.train:cli``), or
-    None for a module without one (run as ``__main__`` by runpy)."""
-    for ep in entry_points(group="console_scripts"):
-        if ep.value.split(":")[0] == module:
-            with contextlib.suppress(ImportError, AttributeError):
-                return ep.load()
+    """What ``python -m module`` calls: the module's ``main`` (a command's door,
+    ``experiments.train`` -> ``cli.commands.train``), or None for a module without one (run
+    as ``__main__`` by runpy)."""
+    with contextlib.suppress(ImportError):
+        return getattr(importlib.import_module(module), "main", None)
     return None
 
 

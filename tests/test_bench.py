@@ -79,7 +79,7 @@ def test_time_to_accuracy_hand_loop_trains_the_same_trajectory(tmp_path, make_cf
     framework's epoch by epoch (only the time it takes may differ)."""
     from benchmarks.tta_handloop import recipe_spec, run
 
-    from experiments.train import train
+    from experiments.training.pipeline import train
 
     cfg = make_cfg("experiment=digits", "trainer.max_epochs=3", "logger=csv", "test=false")
     run(recipe_spec(cfg), tmp_path / "hand")

@@ -112,7 +112,7 @@ def test_a_single_run_composes_its_config_once_and_hydra_writes_the_run_dir(tmp_
         "def counted(self, *a, **k):\n    calls.append(k.get('run_mode'))\n"
         "    return compose(self, *a, **k)\n"
         "Hydra.compose_config = counted\n"
-        "from experiments.train import cli\n"
+        "from experiments.train import main as cli\n"
         f"sys.argv = ['train', 'debug=fast', 'paths.data_dir={data_dir}', "
         "'hydra.run.dir=run']\n"
         "cli()\nprint('compositions', len(calls))\n"

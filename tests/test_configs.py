@@ -81,7 +81,7 @@ def test_option_composes_and_instantiates(make_cfg, group, option, tmp_path):
         length = {"total_steps": 100, "total_epochs": cfg.trainer.max_epochs} if whole_run else {}
         assert factory(optimizer, **length) is not None
     assert isinstance(instantiate(cfg.data), ImageDataModule)
-    from experiments import build
+    from experiments.training import build
 
     callbacks = build.callbacks(cfg, with_logger=True)
     assert callbacks and all(isinstance(c, Callback) for c in callbacks)

@@ -111,8 +111,8 @@ def test_bad_fold_counts_fail_in_one_line(tmp_path, data_dir, override, message)
 def test_a_corrupt_kept_fold_is_one_line_naming_it(tmp_path):
     from omegaconf import OmegaConf
 
-    from experiments.cross_validation import cross_validate
     from experiments.errors import UserError
+    from experiments.training.cross_validation import cross_validate
 
     run = tmp_path / "cv"
     for k, text in enumerate(['{"val/acc": 0.5, "epochs": 2}', '{"val/acc": 0.6, "epo']):

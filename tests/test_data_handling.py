@@ -87,8 +87,8 @@ def test_statistics_are_computed_once_and_reused_by_eval_and_predict(tmp_path, m
         raise AssertionError("statistics were computed again")
 
     monkeypatch.setattr(stats, "channel_stats", never)
-    from experiments.eval import evaluate
-    from experiments.predict import predict
+    from experiments.evaluation.evaluate import evaluate
+    from experiments.evaluation.prediction import predict
 
     trained = json.loads((run / "metrics.json").read_text())["test/acc"]
     assert evaluate(run)["test/acc"] == trained

@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
-from experiments.train import train
+from experiments.training.pipeline import train
 from tests.conftest import REPO, run_cli
 
 ENV = {"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.helpers"}
@@ -138,7 +138,7 @@ def test_a_requeued_slurm_job_resumes_its_own_run(tmp_path, monkeypatch):
 def test_frozen_backbone_stays_exactly_at_its_start_under_ddp(tmp_path, data_dir, make_cfg):
     import lightning as L
 
-    from experiments.build import datamodule_and_model
+    from experiments.training.build import datamodule_and_model
 
     args = ["model=cnn", "model.freeze_backbone_epochs=1", "seed=3", "logger=none"]
     res = run_cli(

@@ -15,9 +15,10 @@ from omegaconf import OmegaConf
 
 from experiments.config import CONF_DIR
 from experiments.errors import UserError
-from experiments.eval import evaluate, main
+from experiments.eval import main
+from experiments.evaluation.evaluate import evaluate
 from experiments.runs.layout import RunDir
-from experiments.train import train
+from experiments.training.pipeline import train
 from tests.helpers import run_inproc
 
 _RUNS: dict[str, Path] = {}

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from experiments.errors import UserError, find_user_error
-from experiments.train import train
+from experiments.training.pipeline import train
 from tests.helpers import run_inproc
 
 
@@ -108,7 +108,7 @@ def test_an_unknown_key_of_an_inherited_constructor_fails_before_building(make_c
 def test_process_rank_reads_the_variables_in_lightnings_order(monkeypatch, env, rank):
     from lightning.fabric.utilities.rank_zero import _get_rank
 
-    from experiments.utils import process_rank
+    from experiments.console import process_rank
 
     for var in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
         monkeypatch.delenv(var, raising=False)

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.build import datamodule_and_model
 from experiments.errors import UserError
 from experiments.models import backbone
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
-from experiments.train import train
+from experiments.training.build import datamodule_and_model
+from experiments.training.pipeline import train
 from tests.helpers import REPO, run_inproc
 
 ENV = {"PYTHONPATH": str(REPO)}
@@ -176,7 +176,7 @@ def test_backbone_frozen_for_n_epochs_with_batchnorm_in_eval_then_trained(make_c
             assert bn.training == (trainer.current_epoch >= 1), trainer.current_epoch
 
     cfg = make_cfg(*FREEZE, *QUICK, f"paths.output_dir={tmp_path / 'run'}")
-    from experiments.build import datamodule_and_model as build
+    from experiments.training.build import datamodule_and_model as build
 
     datamodule, model = build(cfg)
     start = {k: v.clone() for k, v in model.net.state_dict().items()}

@@ -324,7 +324,7 @@ def original(world, name: str) -> bytes:
 def open_saved(run: Path):
     """What eval/predict do first with a run: open it, read its sidecar, build the data
     (transforms, statistics) and the net."""
-    from experiments.saved_run import SavedRun
+    from experiments.evaluation.saved_run import SavedRun
 
     saved = SavedRun(run)
     assert isinstance(saved.sidecar, dict)
@@ -368,7 +368,7 @@ def test_checkpoint_sidecar(world, data):
 @given(data=st.data())
 def test_metrics_json(world, data):
     from experiments.analysis.runs import Run, read_run
-    from experiments.model_card import write_model_card
+    from experiments.evaluation.model_card import write_model_card
     from experiments.runs.sweep import finished_metrics
 
     name = "metrics.json"
@@ -385,7 +385,7 @@ def test_metrics_json(world, data):
 @given(data=st.data())
 def test_data_stats_json(world, data):
     from experiments.data.stats import read_stats
-    from experiments.saved_run import SavedRun
+    from experiments.evaluation.saved_run import SavedRun
 
     name = "data_stats.json"
     text = data.draw(hostile_file(original(world, name), "json", world["marker"]), label=name)
@@ -413,7 +413,7 @@ def test_job_json(world, data):
 @FUZZ
 @given(data=st.data())
 def test_env_json(world, data):
-    from experiments.model_card import write_model_card
+    from experiments.evaluation.model_card import write_model_card
     from experiments.runs.files import read_json_object
 
     name = "env.json"

@@ -23,7 +23,7 @@ from experiments.data import CsvImageDataset, ImageDataModule
 from experiments.data.csv_index import MAX_CLASSES
 from experiments.data.images import peek_image
 from experiments.errors import UserError
-from experiments.model_card import write_model_card
+from experiments.evaluation.model_card import write_model_card
 from experiments.models.metrics import summarize
 from tests.helpers import run_inproc, write_image_folder
 
@@ -280,7 +280,7 @@ def test_macro_metrics_of_a_split_that_lacks_classes_are_marked():
 
 
 def test_a_split_that_lacks_a_class_is_warned_and_marked_in_metrics(make_cfg, tmp_path, caplog):
-    from experiments.train import train
+    from experiments.training.pipeline import train
 
     rows = _good_rows(30)
     rows[0] = "img_000.png,rare"  # one sample: stratified, it can only be in train

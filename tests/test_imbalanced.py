@@ -16,12 +16,12 @@ from sklearn.metrics import (
     top_k_accuracy_score,
 )
 
-from experiments.build import datamodule_and_model
 from experiments.data.samplers import ClassBalancedSampler
 from experiments.errors import UserError, find_user_error
 from experiments.models.losses import FocalLoss, inverse_frequency
 from experiments.models.metrics import ConfusionStats, summarize
-from experiments.train import train
+from experiments.training.build import datamodule_and_model
+from experiments.training.pipeline import train
 from tests.helpers import REPO, run_inproc, train_cli
 
 QUICK = ["logger=none", "data.num_workers=0", "seed=0"]

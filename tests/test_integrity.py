@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
+from experiments.evaluation.saved_run import SavedRun
 from experiments.runs.manifest import MANIFEST, check_integrity
-from experiments.saved_run import SavedRun
 from tests.helpers import run_inproc, train_cli
 
 # the file, and the command then told to trust it, one that does not write that file again

@@ -52,7 +52,7 @@ def test_params_are_dotted_and_fit_mlflow_limits():
 
 @pytest.mark.slow
 def test_run_logs_redacted_params_epoch_metrics_and_best_checkpoint(make_cfg, tmp_path):
-    from experiments.train import train
+    from experiments.training.pipeline import train
 
     cfg = make_cfg(
         "logger=mlflow",
@@ -86,7 +86,7 @@ def test_run_logs_redacted_params_epoch_metrics_and_best_checkpoint(make_cfg, tm
 
 @pytest.mark.slow
 def test_failed_job_marks_its_run_failed_without_artifacts(make_cfg, tmp_path):
-    from experiments.train import train
+    from experiments.training.pipeline import train
 
     cfg = make_cfg(
         "logger=mlflow",

@@ -91,7 +91,7 @@ def local_mlflow(monkeypatch):
 def test_mlflow_records_the_chosen_epoch(make_cfg, tmp_path, local_mlflow):
     from mlflow.tracking import MlflowClient
 
-    from experiments.train import train
+    from experiments.training.pipeline import train
 
     train(make_cfg(*_image_run(tmp_path), *COLLAPSE, "logger=mlflow"))
     best = json.loads((tmp_path / "run" / "checkpoints" / "best.json").read_text())
@@ -206,7 +206,7 @@ def test_a_key_the_chosen_option_uses_is_still_added(tmp_path):
 
 
 def test_loss_auto_says_what_the_logit_adjusted_loss_trades(make_cfg, tmp_path):
-    from experiments.train import train
+    from experiments.training.pipeline import train
 
     csv_file, image_dir = write_image_folder(tmp_path / "lt", n=60, classes=("a", "b", "c"))
     rows = csv_file.read_text().splitlines()

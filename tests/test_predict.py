@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from experiments.errors import UserError
-from experiments.predict import main, predict
+from experiments.evaluation.prediction import predict
+from experiments.predict import main
 from experiments.runs.layout import RunDir
 from tests.helpers import run_inproc
 from tests.test_eval import assert_one_line_error, edit_config, train_once

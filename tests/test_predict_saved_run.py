@@ -12,7 +12,7 @@ from PIL import Image
 
 from experiments.data.datasets import CsvImageDataset
 from experiments.errors import UserError
-from experiments.saved_run import SavedRun
+from experiments.evaluation.saved_run import SavedRun
 from tests.test_eval import train_once
 
 

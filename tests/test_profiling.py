@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from experiments.train import train
+from experiments.training.pipeline import train
 
 
 def _sets(delay: float, shape: str) -> list[str]:

@@ -20,7 +20,7 @@ from experiments.errors import UserError, find_user_error
 from experiments.runs.checkpoint_io import AtomicCheckpointIO, newest_valid_checkpoint
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
-from experiments.train import train
+from experiments.training.pipeline import train
 from tests.helpers import REPO, Payload, run_cli, run_inproc, run_process
 
 # its runs use targets of tests.helpers, which a resumed run may replay only when trusted

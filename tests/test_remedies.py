@@ -97,7 +97,7 @@ def test_the_cpu_allocators_out_of_memory_halves_the_batch_too(tmp_path, data_di
 def test_what_counts_as_out_of_memory():
     import torch
 
-    from experiments.remedies import is_out_of_memory
+    from experiments.training.remedies import is_out_of_memory
 
     with pytest.raises(RuntimeError) as cpu:
         torch.empty(2**50, dtype=torch.uint8)  # more than any address space

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from experiments.errors import UserError
-from experiments.eval import evaluate
-from experiments.predict import predict
+from experiments.evaluation.evaluate import evaluate
+from experiments.evaluation.prediction import predict
 from experiments.runs.layout import RunDir
 from tests.helpers import REPO, Payload, run_inproc, train_cli
 from tests.test_eval import assert_one_line_error, edit_config, train_once

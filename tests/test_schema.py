@@ -13,7 +13,7 @@ from experiments.config import CONF_DIR, schema
 from experiments.config.precheck import precheck
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir
-from experiments.train import train
+from experiments.training.pipeline import train
 from tests.conftest import REPO, run_cli
 
 
@@ -116,7 +116,7 @@ def test_an_argument_added_in_one_file_is_set_and_checked_from_the_command_line(
     # the command line's entry point three times in one process (torch imported once)
     args = ["trainer.max_epochs=1", f"paths.data_dir={data_dir}", f"hydra.run.dir={run}"]
     code = (  # the command line's entry point three times in one process (one torch import)
-        "import sys\nfrom experiments.train import cli\n"
+        "import sys\nfrom experiments.train import main as cli\n"
         "for arg in ['+model.net.activation=gleu', '+model.net.activaton=gelu', "
         f"'+model.net.activation=gelu']:\n    sys.argv = ['train', arg, *{args!r}]\n"
         "    try:\n        cli()\n    except SystemExit as e:\n        print('exit', e.code)\n"

@@ -212,7 +212,7 @@ def test_a_run_without_best_weights_is_refused_by_export(finished_run, tmp_path)
 
 def test_a_missing_onnx_runtime_names_the_extra():
     from experiments.errors import UserError
-    from experiments.export import _need
+    from experiments.evaluation.exporting import _need
 
     with pytest.raises(UserError, match=r"pip install 'experiments\[export\]'"):
         _need("onnxruntime", "no_such_module_here")

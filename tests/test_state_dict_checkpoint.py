@@ -20,7 +20,7 @@ from torch import nn
 from experiments.callbacks import StateDictCheckpoint
 from experiments.errors import UserError
 from experiments.runs.weights import load_state_dict_file, read_state_dict, save_state_dict
-from experiments.train import train
+from experiments.training.pipeline import train
 from tests.helpers import Payload
 
 

@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 from experiments.callbacks import TorchCompile
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import load_state_dict_file, safe_load
-from experiments.train import train
+from experiments.training.pipeline import train
 
 
 def _compile_callback(cfg, monkeypatch) -> list[TorchCompile]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from experiments.errors import find_user_error
-from experiments.train import train
+from experiments.training.pipeline import train
 from tests.helpers import write_image_folder
 from tests.test_datasets import write_cifar10, write_mnist
 

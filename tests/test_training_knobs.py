@@ -11,7 +11,7 @@ import torch
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
-from experiments.train import train
+from experiments.training.pipeline import train
 from tests.test_reliability import EXACT, _assert_same_training_state
 
 

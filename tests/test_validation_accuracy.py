@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from experiments.runs.layout import RunDir
-from experiments.train import train
+from experiments.training.pipeline import train
 
 
 @pytest.mark.slow

@@ -22,11 +22,11 @@ from experiments.config import schema
 from experiments.config.ray import check_ray_launcher
 from experiments.config.replay import check_resumed
 from experiments.config.slurm import check_slurm_launcher, check_task_layout
+from experiments.console import process_rank
 from experiments.errors import UserError, one_line
 from experiments.runs.files import check_writable
 from experiments.runs.resume import resume_overrides, resume_target
 from experiments.secrets import check_args
-from experiments.utils import process_rank
 
 # flags after which Hydra does something other than run the task: leave those to Hydra
 PASS_THROUGH = {

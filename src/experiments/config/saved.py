@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import difflib
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,59 +32,19 @@ TRUST_MODIFIED = "trust_modified"
 BOOLEANS = {"true": True, "false": False}
 
 
-def parse_args(argv: Sequence[str], own: dict[str, Any], usage: str) -> tuple[dict, list[str]]:
-    """Split ``key=value`` arguments into the command's own options and config overrides.
-
-    ``trust_modified=true|false`` is checked here for every command and passed on with the
-    overrides, normalized: ``SavedRun`` (which every command opens a run through) takes it
-    out again (``split_trust``), so no command has to carry it.
-
-    Args:
-        argv: the arguments after the program name.
-        own: the command's own keys and their defaults (``None`` = required).
-        usage: printed for ``-h`` / ``--help`` (then exit 0).
-
-    Returns:
-        ``(options, overrides)``: ``own`` updated from ``argv``, and the rest in order.
-    """
-    if any(a in ("-h", "--help", "help") for a in argv):
-        print(usage)
-        sys.exit(0)
-    from experiments import secrets
-
-    if hasattr(secrets, "check_args"):  # one secret rule for every command line
-        secrets.check_args(list(argv))
-    options, overrides = dict(own), []
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"argument {arg!r} is not key=value (see --help)")
-        if key in own:
-            # `run_dir=` (an unset shell variable) would otherwise mean the current folder
-            options[key] = value if value or own[key] is not None else None
-        elif key == TRUST_MODIFIED:
-            overrides.append(f"{TRUST_MODIFIED}={str(_boolean(key, value)).lower()}")
-        else:
-            overrides.append(arg)
-    missing = [k for k, v in options.items() if v is None]
-    if missing:
-        raise UserError(f"missing {', '.join(f'{k}=<...>' for k in missing)} (see --help)")
-    return options, overrides
-
-
-def _boolean(key: str, value: str) -> bool:
+def boolean(key: str, value: str) -> bool:
     if value.strip().lower() not in BOOLEANS:
         raise UserError(f"{key}={value!r} is not valid: expected true or false")
     return BOOLEANS[value.strip().lower()]
 
 
 def split_trust(overrides: Sequence[str]) -> tuple[bool, list[str]]:
-    """``(trust_modified, the other overrides)``: the option ``parse_args`` passed on."""
+    """``(trust_modified, the other overrides)``: the option ``cli.parse`` passed on."""
     trust, rest = False, []
     for arg in overrides:
         key, _, value = arg.partition("=")
         if key.strip() == TRUST_MODIFIED:
-            trust = _boolean(TRUST_MODIFIED, value)
+            trust = boolean(TRUST_MODIFIED, value)
         else:
             rest.append(arg)
     return trust, rest

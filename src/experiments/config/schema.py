@@ -72,7 +72,7 @@ class SweepOptions:
 
 @dataclass(frozen=True)
 class Remedies:
-    """``remedies.*``: how a run heals itself (``experiments.remedies``)."""
+    """``remedies.*``: how a run heals itself (``experiments.training.remedies``)."""
 
     oom: bool = True
     min_batch_size: Annotated[int, Ge(1)] = 8

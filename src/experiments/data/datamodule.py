@@ -204,7 +204,7 @@ class ImageDataModule(L.LightningDataModule):
         return bool(self.cache_transformed)
 
     def setup(self, stage: str | None = None) -> None:
-        if self.train_set is not None:  # train.py sets up early to hand shapes to the model
+        if self.train_set is not None:  # training sets up early to hand shapes to the model
             return
         train_transform = self.train_transform
         if self.augment is not None:  # random augmentation of training samples only

@@ -1,5 +1,6 @@
 """Plain nn.Modules. Each takes ``in_shape`` (C, H, W) and ``num_classes`` from the data
-(handed over by train.py) plus its own hyper-parameters from config, and returns logits."""
+(handed over by training/pipeline.py) plus its own hyper-parameters from config, and returns
+logits."""
 
 from __future__ import annotations
 

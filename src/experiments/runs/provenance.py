@@ -51,6 +51,20 @@ def start_git_probe() -> Callable[[], dict[str, Any]]:
     return get
 
 
+_started: list[Callable[[], dict[str, Any]]] = []
+
+
+def prestart_git_probe() -> None:
+    """Start the probe now, for the next ``git_probe()``: the command line starts it before
+    torch and Lightning import, so its subprocesses overlap the import."""
+    _started.append(start_git_probe())
+
+
+def git_probe() -> Callable[[], dict[str, Any]]:
+    """The probe ``prestart_git_probe`` started, or a new one."""
+    return _started.pop() if _started else start_git_probe()
+
+
 def _installed() -> list[str]:
     """``name==version`` of every installed distribution but this project (installed from
     the checkout that reproduce.sh checks out), from the ``<name>-<version>.dist-info``

@@ -98,8 +98,8 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
         raise UserError(f"resume={resume}: {run.saved_overrides} not found (is this a run dir?)")
     if not run.resumable():
         raise UserError(f"resume={resume}: no checkpoint in {run.checkpoints}")
+    from experiments.console import process_rank
     from experiments.runs.lock import check_free
-    from experiments.utils import process_rank
 
     # the run's files are data: a corrupt one is one line before Hydra rewrites .hydra/ in
     # the run (what each entry may do is checked by experiments.config.replay, which the

@@ -164,8 +164,8 @@ def mlflow_logger(
         log_checkpoints: log the best weights / ``best.json`` as artifacts when the job
             succeeded.
     """
+    from experiments.console import process_rank
     from experiments.errors import UserError
-    from experiments.utils import process_rank
 
     if not tracking_uri:
         raise UserError("logger.mlflow.tracking_uri is empty; e.g. sqlite:///outputs/mlflow.db")

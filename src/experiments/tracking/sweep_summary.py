@@ -235,7 +235,7 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
     pruned = metrics.get("pruned_at_epoch")
     if status == "ok" and isinstance(pruned, int):
         status = f"pruned@{pruned + 1}"  # at the end of epoch N
-    if status == "ok" and metrics.get("status") == "diverged":  # experiments.remedies
+    if status == "ok" and metrics.get("status") == "diverged":  # experiments.training.remedies
         status, error = "diverged", metrics.get("error")
     row = {
         "job": job.get("num", _job_num(job_file)),
@@ -293,7 +293,7 @@ def _number(value: Any) -> float | int | None:
 
 
 def _remedies(job: dict, metrics: dict, status: str) -> list[str]:
-    """How the job was healed: metrics.json's remedies (experiments.remedies), and a run
+    """How the job was healed: metrics.json's remedies (experiments.training.remedies), and a run
     again after its launcher lost an attempt (hydra/launcher=ray)."""
     found = metrics.get("remedies") or []
     healed = list(found) if isinstance(found, list) else [str(found)]

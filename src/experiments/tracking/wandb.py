@@ -123,7 +123,7 @@ def finish_loggers(
         loggers: the job's Lightning loggers.
         failed: the job raised (its runs are marked failed, nothing is uploaded).
         checkpoint_dir: ``RunDir.checkpoints``, for the loggers that upload the best weights.
-        summary: the run's end values (``experiments.train.ChosenEpoch.tracker_summary``:
+        summary: the run's end values (``training.pipeline.ChosenEpoch.tracker_summary``:
             validation at the epoch ``RunDir.best_weights`` holds, ``<name>_last``,
             ``best_epoch``). A W&B run's summary takes them (its default summary is each
             key's last value); a logger with ``record_summary`` (MLflow) records them its own

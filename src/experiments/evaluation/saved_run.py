@@ -266,7 +266,7 @@ class SavedRun:
 
     def module(self):
         """The LightningModule around ``net`` (no optimizer), for ``trainer.test``."""
-        from experiments.build import model_extras
+        from experiments.training.build import model_extras
 
         model = {k: v for k, v in self.model_cfg.items() if k != "net"}
         model.pop("init_from", None)  # recorded by training; eval starts from the checkpoint
@@ -284,7 +284,7 @@ class SavedRun:
         import lightning as L
         import torch
 
-        from experiments.build import cluster_plugins
+        from experiments.training.build import cluster_plugins
 
         if self.trainer_cfg.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
             raise UserError(

@@ -1,0 +1,262 @@
+"""Every command's arguments: its usage, its own options and the cheap check that runs
+before its worker (and torch, Lightning) is imported. ``python -m experiments.<command>``
+and the ``experiments-<command>`` scripts call these.
+
+A worker module has ``command(options, overrides)``: the work, once the arguments are
+right. ``train`` is the one command Hydra drives: its check is ``config.precheck``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from experiments.cli import parse, run
+from experiments.cli.train_help import help_text
+from experiments.config import CONF_DIR
+from experiments.config.precheck import check
+from experiments.config.saved import boolean, load_run_config, split_trust
+from experiments.console import filter_upstream_warnings, pause_gc
+from experiments.errors import UserError, exit_with
+from experiments.runs.layout import (
+    BEST_WEIGHTS,
+    CALIBRATION,
+    CHECKPOINTS,
+    CSV_LOG,
+    ENV,
+    EVAL_METRICS,
+    EXPORT_REPORT,
+    EXPORTED,
+    HYDRA,
+    MANIFEST,
+    METRICS,
+    MODEL_CARD,
+    OLD_WEIGHTS_SUFFIX,
+    PREDICTIONS,
+    RELIABILITY,
+    SAVED_CONFIG,
+    SAVED_OVERRIDES,
+    WEIGHTS_SUFFIX,
+)
+from experiments.runs.provenance import prestart_git_probe
+
+EVAL_USAGE = f"""\
+usage: python -m experiments.eval [run_dir=]<run folder> [ckpt=best|last|<file.pt>]
+           [posthoc_tau=<tau>] [key=value ...]
+
+Rebuilds the run's data (same split) and model from <run>/{HYDRA}/{SAVED_CONFIG}, loads the
+weights-only checkpoint (default best), runs the test split and writes
+<run>/{EVAL_METRICS} (with test/ece, the expected calibration error over 15 bins, and
+after calibration test/ece_calibrated), {RELIABILITY} and {MODEL_CARD}. Other key=value
+arguments override keys of the run's config, e.g. data.batch_size=256
+trainer.accelerator=cpu (+key=value adds a key). posthoc_tau=1.0 also reports
+test/posthoc/{{acc,balanced_acc,macro_f1}} after post-hoc logit adjustment (logits minus
+tau * log of the training split's class prior; for long-tailed data).
+The run is rebuilt from a closed set of classes (ours, torchvision's transforms and model
+builders), never by calling what its files name; EXPERIMENTS_TRUSTED_MODULES=<pkg>[,<pkg>]
+admits the targets of a package of your own."""
+
+
+PREDICT_USAGE = f"""\
+usage: python -m experiments.predict [run_dir=]<run folder> input=<image folder | file.csv>
+           [ckpt=best|last|<file.pt>] [output=<file.csv>] [image_dir=<folder>]
+           [device=auto|cpu|cuda] [key=value ...]
+
+Classifies every image in a folder (png jpg jpeg bmp gif webp tif, sorted by name) or
+every row of a CSV with a `filename` column (relative to the CSV's folder, or to
+image_dir), with the run's eval transform and checkpoint (default best). Writes
+file,predicted,probability (softmax of the predicted class; temperature-scaled once
+experiments.calibrate ran) to <run>/{PREDICTIONS}
+or output. Other key=value arguments override keys of the run's config, e.g.
+data.batch_size=256.
+The run is rebuilt from a closed set of classes (ours, torchvision's transforms and model
+builders), never by calling what its files name; EXPERIMENTS_TRUSTED_MODULES=<pkg>[,<pkg>]
+admits the targets of a package of your own."""
+
+
+CALIBRATE_USAGE = f"""\
+usage: python -m experiments.calibrate [run_dir=]<run folder> [ckpt=best|last|<file.pt>]
+           [key=value ...]
+
+Fits one temperature T in [0.05, 20] on the run's validation split (the T that minimizes
+the negative log-likelihood of softmax(logits / T); predictions do not change, their
+probabilities do). It keeps T = 1, and says why, when the split is saturated (every sample
+right), too small (< 100 samples or < 20 of a class), the fit lands on a bound, or a
+cross-fitted check (T fitted on one half of the split raises the other half's NLL) fails.
+Writes <run>/{CALIBRATION}: T, the reason, and NLL and ECE (15 bins) before and after
+on the validation and test splits, with the checkpoint, its epoch and the sample counts.
+predict then reports calibrated probabilities for that checkpoint, and eval
+test/ece_calibrated. Other key=value arguments override keys of the run's config."""
+
+
+EXPORT_USAGE = f"""\
+usage: python -m experiments.export [run_dir=]<run folder> [format=onnx|torchscript]
+           [ckpt=best|last|<file.pt>] [opset=18] [key=value ...]
+
+Writes <run>/{EXPORTED["onnx"]} (any batch size) or \
+<run>/{EXPORTED["torchscript"]}. The file takes
+float images (N, C, H, W) in [0, 1] at the size the run's eval transform gives (what
+torchvision's ToImage + ToDtype(scale=True) make) and returns logits (N, classes); the
+normalization the run trained with is inside. It is checked on the test split's first
+batch: the largest difference from PyTorch's logits and both accuracies go to
+<run>/{EXPORT_REPORT} and {MODEL_CARD}. A run trained with compile=true exports the plain
+net. ONNX needs onnx, onnxscript and onnxruntime: pip install 'experiments[export]'."""
+
+
+VERIFY_USAGE = f"""\
+usage: python -m experiments.verify [run_dir=]<run folder> [steps=N] [integrity=true]
+
+Runs python -m experiments.train again with the run's own overrides ({HYDRA}/{SAVED_OVERRIDES})
+in a temporary folder, with the code installed here, and compares: the whole run's
+{METRICS} values and the tensors of its best and last weights ({CHECKPOINTS}/
+{BEST_WEIGHTS} and last{WEIGHTS_SUFFIX}; an older run's best{OLD_WEIGHTS_SUFFIX} and \
+last{OLD_WEIGHTS_SUFFIX}), when the run
+saves them (a run whose config saves none, e.g. debug=fast, is verified on its metrics,
+and says so); with steps=N only the first N training steps, by the losses logged at those
+steps ({"/".join(CSV_LOG)}). On the machine {ENV} names they must be equal bit for bit; on
+another, within a relative tolerance of 1e-5 (printed). Exit 0 when they match, 1 when
+they differ (each difference printed), 2 on a run folder that cannot be verified. The
+run's files are read as data: an overrides entry that could run code or write elsewhere
+(a hydra key, a flag, a target outside conf/) or a corrupt file is one line, exit 2,
+before anything is trained.
+
+integrity=true trains nothing: it compares every file of the run (or of a sweep, and of
+each job in it) with the sha256 and size its {MANIFEST} lists. Exit 0 when all match,
+1 naming each file modified, missing or added after the run; a folder written before
+manifests existed has none: a note, exit 0."""
+
+
+COMPARE_USAGE = f"""\
+usage: python -m experiments.compare <path> [<path> ...] [metric=<name>] [mode=max|min]
+                                     [out=<folder>] [ignore=<key>,<key>...] [--latex]
+                                     [confirm_top_k=K [confirm_seeds=N]]
+
+Groups the finished runs found under the paths (run folders, sweep folders or any folder
+above runs, searched recursively, or glob patterns) by their saved config, leaving out
+replicate keys (seed, *.seed, *_seed), paths, hydra, task_name, tags, resume and per-run
+output locations, and prints per group: n, mean ± std and the 95% confidence interval
+(Student's t, kept inside [0, 1] for accuracy-like metrics) of the metric at each run's
+selected epoch (the one the best checkpoint keeps; a last-epoch value is labelled last),
+and of test/acc, test/balanced_acc, test/macro_f1, val/acc, wall_time_s when every run
+has them.
+Writes compare.md, compare.csv and compare.png into out (default: next to the inputs).
+
+  metric=<name>     the metric to rank by (default: the runs' own optimized_metric, a
+                    validation metric; test metrics are shown, not used to rank)
+  mode=max|min      whether higher or lower is better (default: the runs' optimized_mode)
+  out=<folder>      where to write compare.md, compare.csv, compare.png (also --out=<folder>)
+  ignore=<keys>     more config keys (comma-separated, dotted) to leave out of the grouping
+  --latex           also write compare.tex: the table as LaTeX (mean and 95% CI, seeds)
+  confirm_top_k=K   train the top K configs again on fresh seeds (their saved overrides,
+                    through python -m experiments.train, into <compared folder>-confirm)
+                    and say whether the winner keeps its rank
+  confirm_seeds=N   fresh seeds per config for confirm_top_k (default: the most seeds a
+                    top group ran, at least 2)
+
+With two groups or more a verdict follows the table: the first group against each other
+(paired t on the seeds both ran, else Welch's t; Holm-adjusted for 3+ groups). It is
+marked best only when it beats every other at 95%; otherwise the groups tied with it are
+marked tie, with about how many seeds per group would decide it (or "more than 100", or
+"no difference detectable").
+
+Runs whose {METRICS} or config cannot be read, or that lack the metric, are skipped and
+listed (and named on stderr, one line each). Exit status 2 when no run can be compared."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of a finished run or sweep: parse, check cheaply, then hand over."""
+
+    usage: str
+    own: dict
+    worker: str  # the module whose command(options, overrides) does the work
+    overrides: bool = True  # other key=value arguments change the run's saved config
+    many: bool = False  # several folders (compare)
+    opens_run: bool = True  # the cheap check: the run's config loads with the overrides
+    typed: Callable[[dict], dict] = dict  # the options' values as the worker takes them
+
+    def __call__(self, argv: Sequence[str] | None = None) -> None:
+        run(self.body, argv)
+
+    def body(self, argv: list[str]) -> int | None:
+        options, overrides = parse(argv, self.own, self.usage, overrides=self.overrides,
+                                   many=self.many)  # fmt: skip
+        if self.opens_run:  # unknown keys and an unreadable run answer before torch loads
+            load_run_config(options["run_dir"], split_trust(overrides)[1])
+        # the worker (torch, Lightning) is imported only once the arguments are right
+        return importlib.import_module(self.worker).command(self.typed(options), overrides)
+
+
+RUN = {"run_dir": None, "ckpt": "best"}
+evaluate = Command(EVAL_USAGE, {**RUN, "posthoc_tau": ""}, "experiments.evaluation.evaluate")
+predict = Command(
+    PREDICT_USAGE,
+    {**RUN, "input": None, "output": "", "image_dir": "", "device": "auto"},
+    "experiments.evaluation.prediction",
+)
+calibrate = Command(CALIBRATE_USAGE, RUN, "experiments.evaluation.temperature")
+export = Command(
+    EXPORT_USAGE, {**RUN, "format": "onnx", "opset": "18"}, "experiments.evaluation.exporting"
+)
+verify = Command(
+    VERIFY_USAGE,
+    {"run_dir": None, "steps": "", "integrity": "false"},
+    "experiments.evaluation.verification",
+    overrides=False,
+    opens_run=False,  # a sweep folder too (integrity=true); the worker reads what it needs
+)
+AUTO = "<auto>"  # an option not given (an empty metric= is an error, not this)
+
+
+def _compare_options(options: dict) -> dict:
+    """compare's options typed: AUTO is None, counts are whole numbers, --latex a bool."""
+    typed = {k: None if v == AUTO else v for k, v in options.items()}
+    for key in ("confirm_top_k", "confirm_seeds"):
+        if typed[key] is not None:
+            try:
+                typed[key] = int(typed[key])
+            except ValueError:
+                raise UserError(f"{key}={typed[key]}: must be a whole number") from None
+    typed["latex"] = boolean("latex", options["latex"])
+    return typed
+
+
+compare = Command(
+    COMPARE_USAGE,
+    {
+        "run_dir": [],
+        "metric": AUTO,
+        "mode": AUTO,
+        "out": "",
+        "ignore": "",
+        "latex": "false",
+        "confirm_top_k": AUTO,
+        "confirm_seeds": AUTO,
+    },  # fmt: skip
+    "experiments.analysis.comparison",
+    overrides=False,
+    many=True,
+    opens_run=False,
+    typed=_compare_options,
+)
+
+
+def train(argv: Sequence[str] | None = None) -> None:
+    """``python -m experiments.train``: check the command line before Hydra starts (fast,
+    one line: ``config.precheck``), then run the training task."""
+    pause_gc()
+    filter_upstream_warnings()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(help_text(CONF_DIR))
+        sys.exit(0)
+    try:
+        checked = check(argv, str(CONF_DIR))  # replayed overrides included
+    except UserError as err:
+        exit_with(err, code=2)
+    sys.argv = [sys.argv[0], *checked.argv]  # what DDP ranks and SLURM requeues re-run
+    prestart_git_probe()  # its git subprocesses overlap the import below
+    # the worker (torch, Lightning) is imported only once the command line is right
+    importlib.import_module("experiments.training.pipeline").launch(checked)

@@ -1,0 +1,173 @@
+"""``python -m experiments.eval``: test a finished run's checkpoint again, on its own data split.
+
+Examples:
+    python -m experiments.eval run_dir=outputs/train/runs/2025-01-01_12-00-00_000000
+    python -m experiments.eval run_dir=<run> ckpt=last data.batch_size=256 trainer.accelerator=cpu
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from experiments.errors import UserError
+from experiments.evaluation.model_card import (
+    applied_temperature,
+    checkpoint_label,
+    checkpoint_name,
+    write_model_card,
+)
+from experiments.evaluation.saved_run import SavedRun
+from experiments.runs.layout import (
+    RunDir,
+    sidecar_epoch,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_KEPT = 20  # checkpoints whose evaluation eval_metrics.json keeps (best, last, a few files)
+
+
+def evaluate(
+    run_dir: str | Path,
+    ckpt: str = "best",
+    overrides: Sequence[str] = (),
+    posthoc_tau: float | None = None,
+) -> dict:
+    """Test ``ckpt`` of the run in ``run_dir`` and write ``<run_dir>/eval_metrics.json``.
+
+    Args:
+        run_dir: a folder made by ``python -m experiments.train``.
+        ckpt: ``best``, ``last`` or a path to a weights-only ``.pt`` state_dict.
+        overrides: ``key=value`` changes to the run's config (keys must exist).
+        posthoc_tau: also report ``test/posthoc/<metric>`` on logits minus
+            ``posthoc_tau * log(class prior of the train split)`` (post-hoc logit
+            adjustment, Menon et al., 2021).
+
+    Returns:
+        The test metrics (``test/acc``, ``test/loss``, ...) as floats.
+
+    Raises:
+        UserError: missing run folder or checkpoint, unknown override key, a refused
+            ``_target_``, a checkpoint that is not plain weights or does not fit the net.
+    """
+    run = SavedRun(run_dir, ckpt, overrides)
+    # imported here: torch + lightning cost seconds, argument mistakes should not wait
+    import lightning  # noqa: F401  (before route_lightning_logs: the import adds a handler)
+
+    from experiments.analysis.calibration import expected_calibration_error, reliability_diagram
+    from experiments.console import resume_gc, route_lightning_logs
+    from experiments.models.metrics import run_test
+    from experiments.runs.files import write_json
+
+    route_lightning_logs()
+    start = time.perf_counter()
+    model, trainer = run.module(), run.trainer()
+    resume_gc()
+    metrics = run_test(trainer, model, run.datamodule)
+    logits, labels = run.logits("test")
+    probs = {"as trained": logits.softmax(dim=1)}
+    metrics["test/ece"] = expected_calibration_error(probs["as trained"], labels)
+    temperature, note = applied_temperature(run.layout, run.ckpt)
+    if note is not None:
+        log.info("%s", note)
+    if temperature is not None:
+        probs[f"T={temperature:.2f}"] = (logits / temperature).softmax(dim=1)
+        metrics["test/ece_calibrated"] = expected_calibration_error(
+            probs[f"T={temperature:.2f}"], labels
+        )
+    reliability_diagram(run.layout.reliability_png, {k: (p, labels) for k, p in probs.items()})
+    if posthoc_tau is not None:
+        metrics.update(_posthoc(run, logits, labels, posthoc_tau))
+
+    sidecar = run.sidecar
+    name = checkpoint_name(run.layout, run.ckpt)
+    summary = {
+        **metrics,
+        "ckpt": str(run.ckpt.resolve()),
+        "ckpt_name": name,
+        "ckpt_epoch": sidecar_epoch(sidecar) if "epoch" in sidecar else None,
+        "samples": {"test": int(labels.numel())},
+        "run_dir": str(run.path.resolve()),
+        "overrides": list(overrides),
+        "wall_time_s": round(time.perf_counter() - start, 3),
+    }
+    log.info(
+        "tested %s on the test split (n=%d)",
+        checkpoint_label(name, summary["ckpt_epoch"]),
+        labels.numel(),
+    )
+    # the newest evaluation at the top (as before), and every checkpoint's latest one kept
+    # under "evaluations", so the card shows the best and last weights apart, each labelled
+    summary["evaluations"] = {**_earlier(run.layout), name: dict(summary)}
+    write_json(run.layout.eval_metrics, summary)
+    _compare_with_training(run.layout, run.ckpt, metrics)
+    write_model_card(run.path)
+    run.refresh_manifest()  # last: what this command wrote, re-hashed (experiments-verify)
+    return metrics
+
+
+def _earlier(layout: RunDir) -> dict[str, dict]:
+    """The latest evaluation of each other checkpoint, from ``eval_metrics.json``."""
+    from experiments.runs.files import read_json_object
+
+    kept = read_json_object(layout.eval_metrics).get("evaluations")
+    if not isinstance(kept, dict):
+        return {}
+    return {str(k): v for k, v in list(kept.items())[-MAX_KEPT:] if isinstance(v, dict)}
+
+
+def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:
+    import torch
+
+    from experiments.models.losses import class_prior
+    from experiments.models.metrics import summarize
+
+    k = run.datamodule.num_classes
+    prior = torch.tensor(class_prior(run.datamodule.train_targets("posthoc_tau"), k))
+    adjusted = logits - tau * prior.clamp_min(1e-12).log().float()
+    pairs = labels.long() * k + adjusted.argmax(dim=1)
+    matrix = torch.bincount(pairs, minlength=k * k).view(k, k)
+    values = summarize(matrix)
+    return {f"test/posthoc/{m}": float(values[m]) for m in ("acc", "balanced_acc", "macro_f1")}
+
+
+def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, float]) -> None:
+    # training tested the best weights: the same file on the same split must give the same number
+    if ckpt_path.resolve() != layout.best_weights.resolve():
+        return
+    from experiments.runs.files import read_json_object
+
+    try:
+        trained = read_json_object(layout.metrics).get("test/acc")
+    except UserError as err:  # the comparison is a note: the evaluation itself stands
+        log.warning("not compared with the run's metrics: %s", err)
+        return
+    if not isinstance(trained, int | float) or isinstance(trained, bool):
+        return
+    if trained is None or "test/acc" not in metrics:
+        return
+    if trained == metrics["test/acc"]:
+        log.info("test/acc matches %s (%.4f)", layout.metrics, trained)
+    else:
+        log.warning(
+            "test/acc %.4f differs from %s (%.4f): changed data, overrides or precision?",
+            metrics["test/acc"],
+            layout.metrics,
+            trained,
+        )
+
+
+def command(options: dict, overrides: list[str]) -> None:
+    """``python -m experiments.eval``'s work, once ``cli`` has parsed its arguments."""
+    tau = options["posthoc_tau"]
+    try:
+        tau = float(tau) if tau not in ("", None) else None
+    except ValueError:
+        raise UserError(f"posthoc_tau={tau!r} is not a number (1.0 is Menon et al.'s)") from None
+    metrics = evaluate(options["run_dir"], options["ckpt"], overrides, tau)
+    for key in sorted(metrics):
+        print(f"{key}={metrics[key]:.4f}")
+    print(f"wrote {RunDir(options['run_dir']).eval_metrics}")

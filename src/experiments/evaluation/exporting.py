@@ -1,0 +1,161 @@
+"""``python -m experiments.export``: a finished run's net as a file to deploy -- ONNX
+(checked with onnxruntime) or TorchScript -- with the run's input normalization inside.
+
+Examples:
+    python -m experiments.export run_dir=outputs/train/runs/2025-01-01_12-00-00_000000
+    python -m experiments.export run_dir=<run> format=torchscript
+"""
+
+from __future__ import annotations
+
+import logging
+
+from experiments.errors import UserError, one_line
+from experiments.evaluation.model_card import checkpoint_name, write_model_card
+from experiments.evaluation.saved_run import SavedRun
+from experiments.runs.layout import sidecar_epoch
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("onnx", "torchscript")
+
+
+def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, overrides=()):
+    """Write the deployable file and return its check (``max_abs_diff``, accuracies).
+
+    Raises:
+        UserError: an unknown format or opset, a run without the checkpoint, a missing
+            onnxruntime, a net the exporter cannot trace.
+    """
+    if fmt not in FORMATS:
+        raise UserError(f"format={fmt!r} is not valid; use one of {', '.join(FORMATS)}")
+    if fmt == "onnx":
+        _need("onnx", "onnxscript", "onnxruntime")
+    run = SavedRun(run_dir, ckpt, overrides)
+    import torch
+
+    from experiments.runs.files import read_json_object, write_json
+
+    deployable = Normalized(run.net, run.normalization()).eval()
+    split = "test" if run.has_split("test") else "val"
+    x, y = run.first_batch(split)
+    x = x.float()
+    target = run.layout.exported(fmt)
+    staged = target.with_name(f".{target.name}.tmp")
+    with torch.inference_mode():
+        expected = deployable(x)
+    if fmt == "onnx":
+        got = _onnx(deployable, x, staged, opset)
+    else:
+        scripted = torch.jit.trace(deployable, x)
+        torch.jit.save(scripted, staged)
+        got = torch.jit.load(staged)(x).detach()
+    staged.replace(target)
+    check = {
+        "file": target.name,
+        "batch": int(x.shape[0]),
+        "input": [None, *map(int, x.shape[1:])],
+        "max_abs_diff": float((got - expected).abs().max()),
+        "acc_torch": float((expected.argmax(1) == y).float().mean()),
+        "acc_exported": float((got.argmax(1) == y).float().mean()),
+        "ckpt": str(run.ckpt),
+        # what the model card names: the checkpoint, its epoch and the split checked on
+        "ckpt_name": checkpoint_name(run.layout, run.ckpt),
+        "ckpt_epoch": sidecar_epoch(sidecar) if "epoch" in (sidecar := run.sidecar) else None,
+        "split": split,
+    }
+    report = read_json_object(run.layout.export_report)
+    report[fmt] = check
+    write_json(run.layout.export_report, report)
+    write_model_card(run.path)
+    run.refresh_manifest()  # last: what this command wrote, re-hashed (experiments-verify)
+    return check
+
+
+def _onnx(net, x, path, opset: int):
+    import logging
+
+    import numpy as np
+    import onnx
+    import onnxruntime
+    import torch
+
+    newest = onnx.defs.onnx_opset_version()
+    if not 7 <= opset <= newest:
+        raise UserError(
+            f"opset={opset} is not one onnx {onnx.__version__} writes: use 7 to {newest} "
+            "(18 is the default)"
+        )
+    for name in ("onnxscript", "onnx_ir"):  # their progress notes, one per pass, at INFO
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        torch.onnx.export(
+            net,
+            (x,),
+            str(path),
+            input_names=["images"],
+            output_names=["logits"],
+            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            opset_version=int(opset),
+            verbose=False,
+        )
+    except Exception as err:
+        path.unlink(missing_ok=True)
+        if "opset" in str(err).lower():
+            raise UserError(f"opset={opset}: {one_line(err)[:160]} (18 is the default)") from None
+        raise UserError(f"torch.onnx cannot export this net: {one_line(err)[:200]}") from None
+    written = {o.domain: o.version for o in onnx.load(str(path)).opset_import}.get("", opset)
+    if written != opset:  # the exporter falls back to its own opset when it cannot convert
+        path.unlink(missing_ok=True)
+        raise UserError(
+            f"opset={opset}: torch.onnx could not write it (it wrote {written}); use {written}"
+        )
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out = session.run(None, {session.get_inputs()[0].name: x.numpy().astype(np.float32)})[0]
+    return torch.from_numpy(out)
+
+
+def _need(*modules: str) -> None:
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(
+            f"format=onnx needs {', '.join(missing)}, not installed here: "
+            f"pip install 'experiments[export]' (or pip install {' '.join(missing)})"
+        )
+
+
+def Normalized(net, stats):  # noqa: N802 (a factory that reads as the class it makes)
+    """``net`` behind the normalization the run's data module applied to every batch."""
+    import torch
+
+    class _Normalized(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+            channels = None if stats is None else len(stats[0])
+            shape = (1, channels or 1, 1, 1)
+            mean = torch.tensor(stats[0] if stats else [0.0]).view(shape)
+            std = torch.tensor(stats[1] if stats else [1.0]).view(shape)
+            self.register_buffer("mean", mean)
+            self.register_buffer("std", std)
+
+        def forward(self, images):  # (N, C, H, W) in [0, 1]
+            return self.net((images - self.mean) / self.std)
+
+    return _Normalized()
+
+
+def command(options: dict, overrides: list[str]) -> None:
+    """``python -m experiments.export``'s work, once ``cli`` has parsed its arguments."""
+    try:
+        opset = int(options["opset"])
+    except ValueError:
+        raise UserError(f"opset={options['opset']!r} is not a number (18 is the default)") from None
+    check = export(options["run_dir"], options["format"], options["ckpt"], opset, overrides)
+    print(
+        f"wrote {options['run_dir']}/{check['file']}: max |difference| from PyTorch "
+        f"{check['max_abs_diff']:.2e} on {check['batch']} {check['split']} images, accuracy "
+        f"{check['acc_exported']:.4f} (PyTorch {check['acc_torch']:.4f})"
+    )

@@ -1,0 +1,209 @@
+"""``python -m experiments.predict``: classify new images with a finished run's checkpoint.
+
+Examples:
+    python -m experiments.predict run_dir=<run> input=new_images/
+    python -m experiments.predict run_dir=<run> input=batch.csv image_dir=/data/imgs output=out.csv
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from experiments.config.saved import check_output
+from experiments.errors import UserError
+from experiments.evaluation.model_card import applied_temperature
+from experiments.evaluation.saved_run import SavedRun
+from experiments.runs.layout import sidecar_of
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+COLUMNS = ("file", "predicted", "probability")
+
+
+def predict(
+    run_dir: str | Path,
+    input: str | Path,
+    ckpt: str = "best",
+    output: str | Path | None = None,
+    image_dir: str | Path | None = None,
+    device: str = "auto",
+    overrides: Sequence[str] = (),
+) -> Path:
+    """Predict the class of every input image and write a CSV of ``file,predicted,probability``.
+
+    Images are read as the run's eval data reads them (``SavedRun.image_reader``: the
+    dataset's decoder, the mode and size of the checkpoint's sidecar ``in_shape``, the
+    run's ``data.eval_transform``, its statistics). The probabilities are temperature-scaled
+    when ``experiments.calibrate`` fitted a temperature for the run.
+
+    Args:
+        run_dir: a folder made by ``python -m experiments.train``.
+        input: a folder of images, or a CSV with a ``filename`` column.
+        ckpt: ``best``, ``last`` or a path to a weights-only ``.pt`` state_dict.
+        output: the CSV to write; None means ``<run_dir>/predictions.csv``.
+        image_dir: folder the CSV's file names are relative to (default: the CSV's folder).
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        overrides: ``key=value`` changes to the run's config (keys must exist).
+
+    Returns:
+        The path of the written CSV.
+
+    Raises:
+        UserError: missing run, checkpoint or images, an empty folder, an unreadable image.
+    """
+    run_dir = Path(run_dir)
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"device={device!r} is not valid; use auto, cpu or cuda")
+    run = SavedRun(run_dir, ckpt, overrides)  # checks everything it will build, builds nothing
+    follow_symlinks = run.data_cfg.get("follow_symlinks") is True  # the run's own CSV rule
+    names, paths = _list_inputs(
+        Path(input), Path(image_dir) if image_dir else None, follow_symlinks
+    )
+    output = check_output(Path(output) if output else run.layout.predictions, run_dir)
+    in_shape, class_names = _shape_and_classes(run)
+    temperature, note = applied_temperature(run.layout, run.ckpt)  # experiments.calibrate
+    if note is not None:  # one line: applied (T, file, checkpoint), kept at 1, or not for this one
+        log.info("%s", note)
+    temperature = temperature or 1.0
+
+    # imported here: torch costs seconds, argument mistakes should not wait for it
+    import torch
+
+    from experiments.console import resume_gc
+    from experiments.runs.files import atomic_write
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    read = run.image_reader(in_shape)
+    net = run.net_for(in_shape, len(class_names)).to(device)
+    run.input_stats  # noqa: B018  (a missing statistics file: one line before any image is read)
+    rows = []
+    resume_gc()
+    with torch.inference_mode():
+        for start in range(0, len(paths), run.batch_size):
+            chunk = slice(start, start + run.batch_size)
+            x = run.normalize(torch.stack([read(p) for p in paths[chunk]]))  # (B, C, H, W)
+            logits = net(x.to(device)).float() / temperature  # (B, num_classes)
+            top_p, top_i = torch.softmax(logits, dim=1).max(dim=1)
+            for name, p, i in zip(names[chunk], top_p.tolist(), top_i.tolist(), strict=True):
+                rows.append((name, class_names[i], f"{p:.6f}"))
+
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    writer.writerows(rows)
+    atomic_write(output, lambda f: f.write(text.getvalue().encode()))
+    run.refresh_manifest()  # a predictions file written into the run is the run's from now on
+    log.info("%d predictions with %s -> %s", len(rows), run.ckpt, output)
+    return output
+
+
+def _list_inputs(
+    input: Path, image_dir: Path | None, follow_symlinks: bool = False
+) -> tuple[list[str], list[Path]]:
+    """(names to report, files to read) from a folder of images or a CSV index.
+
+    A CSV's rows follow the rule the run's own CSV rows follow (``leads_outside``): a file
+    name is a relative path inside the image folder, and a symlink out of it is refused
+    unless the run reads through them (``data.follow_symlinks``). A file may be listed twice
+    (it is predicted twice).
+    """
+    if input.is_dir():
+        files = sorted(
+            p for p in input.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+        )
+        if not files:
+            raise UserError(
+                f"no images in {input} (looked for {' '.join(IMAGE_SUFFIXES)}, not in subfolders)"
+            )
+        return [p.name for p in files], files
+    if not input.is_file():
+        raise UserError(f"input not found: {input} (give a folder of images or a CSV file)")
+    if input.suffix.lower() != ".csv":
+        raise UserError(f"input {input} is neither a folder nor a .csv file")
+    base = image_dir if image_dir is not None else input.parent
+    if not base.is_dir():
+        raise UserError(f"image_dir not found: {base}")
+    try:
+        with open(input, newline="") as f:
+            reader = csv.DictReader(f)
+            fields = [c.strip() for c in reader.fieldnames or []]
+            if "filename" not in fields:
+                raise UserError(f"{input}: header must have a 'filename' column, found {fields}")
+            reader.fieldnames = fields
+            names = [(rec.get("filename") or "").strip() for rec in reader]
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise UserError(f"cannot read {input}: {err}") from None
+    # imported here: the dataset module loads torch, which --help does not wait for
+    from experiments.data.datasets import leads_outside
+
+    root, dirs = base.resolve(), {}  # one resolve per folder, shared by every row
+    for row, name in enumerate(names, start=2):
+        if not name:
+            raise UserError(f"{input} row {row}: empty filename")
+        if "\0" in name:
+            raise UserError(f"{input} row {row}: file name {name[:200]!r} holds a NUL byte")
+        if leads_outside(base, name, follow_symlinks=True) is not None:  # absolute, or ../
+            raise UserError(
+                f"{input} row {row}: file name {name[:200]!r} leads outside {base}; file "
+                f"names must be relative paths inside the image folder (image_dir=, by "
+                f"default the CSV's folder)"
+            )
+        target = leads_outside(base, name, follow_symlinks, root=root, dirs=dirs)
+        if target is not None:
+            raise UserError(
+                f"{input} row {row}: {name[:200]!r} leads through a symlink to {target}, "
+                f"outside {base}; move the file inside or set (+)data.follow_symlinks=true"
+            )
+        if not (base / name).is_file():
+            raise UserError(f"{input} row {row}: image {base / name} does not exist")
+    if not names:
+        raise UserError(f"{input}: no rows after the header")
+    return names, [base / n for n in names]
+
+
+def _shape_and_classes(run: SavedRun) -> tuple[list[int], list[str]]:
+    sidecar = run.sidecar  # in_shape and class_names checked for type and range
+    in_shape = list(sidecar.get("in_shape") or [])
+    class_names = [str(c) for c in sidecar.get("class_names") or []]
+    if not in_shape or not class_names:
+        # no sidecar (a .pt from elsewhere): the training data tells shape and class names
+        log.info("no in_shape/class_names sidecar next to the checkpoint: reading the run's data")
+        in_shape, class_names = list(run.datamodule.input_shape), list(run.datamodule.class_names)
+    if len(in_shape) != 3 or in_shape[0] not in (1, 3):
+        raise UserError(
+            f"{sidecar_of(run.ckpt)}: in_shape={in_shape}; predict reads images, "
+            f"so it needs [C, H, W] with C = 1 (grayscale) or 3 (RGB)"
+        )
+    return [int(v) for v in in_shape], class_names
+
+
+def command(options: dict, overrides: list[str]) -> None:
+    """``python -m experiments.predict``'s work, once ``cli`` has parsed its arguments."""
+    path = predict(
+        options["run_dir"],
+        options["input"],
+        ckpt=options["ckpt"],
+        output=options["output"] or None,
+        image_dir=options["image_dir"] or None,
+        device=options["device"],
+        overrides=overrides,
+    )
+    print(preview(path))
+
+
+def preview(path: Path, first: int = 5) -> str:
+    """The first ``first`` predictions of the CSV at ``path`` as a small table, and where
+    the rest are."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    width = max([len(r[0]) for r in rows[:first]] + [4])
+    lines = [f"{'file':<{width}}  {'predicted':<12} probability"]
+    lines += [f"{r[0]:<{width}}  {r[1]:<12} {float(r[2]):.3f}" for r in rows[:first]]
+    more = f" ({len(rows) - first} more)" if len(rows) > first else ""
+    return "\n".join([*lines, f"{len(rows)} predictions{more}: {path}"])
