@@ -14,7 +14,13 @@ import logging
 import os
 import warnings
 
+import rich
+import rich.syntax
+import rich.tree
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+
+from experiments.secrets import redacted_config
 
 SWEEP_LINE = {"sweep_line": True}
 
@@ -61,8 +67,6 @@ class ConsoleFilter(logging.Filter):
 
 def in_sweep() -> bool:
     try:
-        from hydra.core.hydra_config import HydraConfig
-
         return HydraConfig.initialized() and str(HydraConfig.get().mode).endswith("MULTIRUN")
     except Exception:  # outside a Hydra run: not a sweep
         return False
@@ -82,8 +86,6 @@ def metrics_table(metrics: dict[str, float]) -> str:
 
 def what_runs(cfg, trainer) -> str:
     """``data=digits model=mlp optimizer=sgd(lr=0.1) ... on cpu``: the choices that matter."""
-    from hydra.core.hydra_config import HydraConfig
-
     choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
     parts = [f"{g}={choices[g]}" for g in ("experiment", "data", "model") if choices.get(g)]
     opt = choices.get("optimizer", "")
@@ -98,12 +100,6 @@ def what_runs(cfg, trainer) -> str:
 
 def print_config_tree(cfg: DictConfig, order: tuple[str, ...] = ()) -> None:
     """Print the resolved config as a Rich tree, the groups in ``order`` first."""
-    import rich
-    import rich.syntax
-    import rich.tree
-
-    from experiments.secrets import redacted_config
-
     tree = rich.tree.Tree("config", guide_style="dim")
     plain = redacted_config(cfg)
     keys = [k for k in order if k in plain] + [k for k in plain if k not in order]

@@ -1,5 +1,7 @@
 """The one exception type for user mistakes: the CLI prints it as a single line."""
 
+import sys
+
 
 class UserError(Exception):
     """A mistake in the user's config, data or command line.
@@ -42,8 +44,6 @@ def one_line(err: BaseException, last: bool = False) -> str:
 
 def exit_with(err: UserError, code: int = 2) -> None:
     """The one way a user mistake ends a command: ``error: <one line>`` and exit ``code``."""
-    import sys
-
     code = getattr(err, "exit_code", code)  # e.g. a tampered run (runs.manifest): 1, not 2
     # an error raised in a DataLoader worker arrives with the worker's traceback in front
     print(f"error: {one_line(err, last=True)}", file=sys.stderr)

@@ -15,6 +15,11 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from experiments.errors import UserError
+
 REDACTED = "<redacted>"
 
 # words (split at . _ - / and camelCase; plurals count as their singular) that name a
@@ -99,8 +104,6 @@ def check_args(args: Sequence[str], where: str = "on the command line") -> None:
     Raises:
         experiments.errors.UserError: a secret key was given.
     """
-    from experiments.errors import UserError
-
     for arg in args:
         key = secret_key_in(str(arg))
         if key is not None:
@@ -155,8 +158,6 @@ _PARSER: list = []  # Hydra's override parser, made once (its grammar takes a wh
 
 def _parser():
     if not _PARSER:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
         _PARSER.append(OverridesParser.create())
     return _PARSER[0]
 
@@ -199,8 +200,6 @@ def _redact(obj: Any, secrets: list[str]) -> Any:
 def redacted_config(cfg: Any, resolve: bool = True) -> Any:
     """An OmegaConf config as plain containers, resolved, secrets redacted (``redact``): the
     one form in which a config is saved, printed or sent to a tracker."""
-    from omegaconf import OmegaConf
-
     return redact(OmegaConf.to_container(cfg, resolve=resolve))
 
 
@@ -213,8 +212,6 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 def redact_saved_config(cfg, saved) -> None:
     """Hydra wrote ``saved`` (the run's .hydra/config.yaml) before we ran: strip secret values
     from it (``saved`` None: no Hydra run, nothing was written)."""
-    from omegaconf import OmegaConf
-
     plain = OmegaConf.to_container(cfg, resolve=False)
     clean = redact(plain)
     if clean == plain or saved is None:

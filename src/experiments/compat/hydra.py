@@ -17,6 +17,14 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from hydra._internal.callbacks import Callbacks
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_config_search_path, run_and_report
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.utils import JobReturn, JobRuntime, JobStatus, configure_log, run_job
+from hydra.types import HydraContext, RunMode
+from hydra.version import setbase
 from omegaconf import DictConfig, open_dict, read_write
 
 
@@ -24,11 +32,6 @@ class Composer:
     """Composes ``config_name`` from ``conf_dir`` with Hydra's command-line search path."""
 
     def __init__(self, conf_dir: str, config_name: str) -> None:
-        from hydra._internal.hydra import Hydra
-        from hydra._internal.utils import create_config_search_path
-        from hydra.core.global_hydra import GlobalHydra
-        from hydra.version import setbase
-
         setbase("1.3")
         self.config_name = config_name
         search_path = create_config_search_path(conf_dir)  # what @hydra.main builds
@@ -38,8 +41,6 @@ class Composer:
 
     def compose(self, overrides: list[str]) -> DictConfig:
         """The whole config, ``hydra`` node included, composed for a single run."""
-        from hydra.types import RunMode
-
         return self.hydra.compose_config(
             config_name=self.config_name,
             overrides=list(overrides),
@@ -65,11 +66,6 @@ def is_multirun(full: DictConfig) -> bool:
 def run_composed(composer: Composer, full: DictConfig, task_function: Callable) -> Any:
     """Run ``task_function`` on ``full`` as ``Hydra.run`` would (errors reported as Hydra
     reports them); return its value."""
-    from hydra._internal.callbacks import Callbacks
-    from hydra._internal.utils import run_and_report
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.utils import JobRuntime, configure_log, run_job
-    from hydra.types import HydraContext, RunMode
 
     def run() -> Any:
         configure_log(full.hydra.hydra_logging, full.hydra.verbose)
@@ -101,16 +97,12 @@ def run_composed(composer: Composer, full: DictConfig, task_function: Callable) 
 def job_outcome(job_return) -> tuple[bool, object]:
     """``(failed, value or exception)`` of a Hydra ``JobReturn``: its public ``return_value``
     raises a failed job's exception and writes to stderr; the field holds either."""
-    from hydra.core.utils import JobStatus
-
     return job_return.status != JobStatus.COMPLETED, job_return._return_value
 
 
 def failed_job(cfg: DictConfig, err: BaseException, working_dir: str):
     """The ``JobReturn`` of a job that never ran ``run_job`` (its launcher lost it): failed
     with ``err``. ``cfg``: the job's whole config, ``hydra`` node included."""
-    from hydra.core.utils import JobReturn, JobStatus
-
     return JobReturn(
         overrides=list(cfg.hydra.overrides.task), cfg=cfg, hydra_cfg=cfg,
         working_dir=working_dir, task_name=str(cfg.hydra.job.name), status=JobStatus.FAILED,
@@ -120,8 +112,6 @@ def failed_job(cfg: DictConfig, err: BaseException, working_dir: str):
 
 def is_basic_launcher(launcher) -> bool:
     """Whether ``launcher`` is Hydra's basic (in-process, one job at a time) launcher."""
-    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
-
     return isinstance(launcher, BasicLauncher)
 
 
@@ -131,7 +121,5 @@ def as_recorded_failure(job_return) -> None:
     run, as a traceback (and with ``max_batch_size`` set, before later batches run); a job
     whose failure is already recorded in its ``job.json`` is not the sweep's failure, and
     the summary callback ends the sweep with one line instead."""
-    from hydra.core.utils import JobStatus
-
     job_return.status = JobStatus.COMPLETED
     job_return._return_value = None

@@ -1,9 +1,6 @@
 """torch's private API and quirks (see ``experiments.compat``): Dynamo's error switch and
 graph-break counters (``torch._dynamo``), the batch norm layers' base class, and the
-profiler's native noise on stderr.
-
-torch is imported inside the functions: ``torch._dynamo`` alone costs ~3 s to import, paid
-only by a run that compiles."""
+profiler's native noise on stderr."""
 
 from __future__ import annotations
 
@@ -12,6 +9,10 @@ import os
 import sys
 import tempfile
 import warnings
+
+import torch._dynamo
+from torch._dynamo.utils import counters
+from torch.nn.modules.batchnorm import _BatchNorm
 
 # Kineto (torch.profiler's native side) writes these from C++ straight to stderr: its stage
 # markers, and, when a CUDA build of torch runs on a machine without a GPU, a device-count
@@ -64,8 +65,6 @@ def suppress_dynamo_errors(suppress: bool) -> bool:
     """Set whether a frame Dynamo fails to compile runs in eager (with a warning) instead of
     raising; return the setting before. No public switch exists (``torch.compiler`` has
     none). Private API: ``torch._dynamo.config.suppress_errors``."""
-    import torch._dynamo
-
     before = bool(torch._dynamo.config.suppress_errors)
     torch._dynamo.config.suppress_errors = suppress
     return before
@@ -73,8 +72,6 @@ def suppress_dynamo_errors(suppress: bool) -> bool:
 
 def clear_graph_breaks() -> None:
     """Forget the graph breaks Dynamo has counted so far in this process."""
-    from torch._dynamo.utils import counters
-
     for key in BREAK_COUNTERS:
         counters[key].clear()
 
@@ -82,8 +79,6 @@ def clear_graph_breaks() -> None:
 def graph_breaks() -> dict[str, int]:
     """``{reason's first line: count}`` of the graph breaks Dynamo counted since
     ``clear_graph_breaks``. Private API: ``torch._dynamo.utils.counters``."""
-    from torch._dynamo.utils import counters
-
     reasons: dict[str, int] = {}
     for key in BREAK_COUNTERS:
         for reason, count in counters[key].items():
@@ -97,6 +92,4 @@ def is_batch_norm(module) -> bool:
     lazy forms, ``SyncBatchNorm`` and subclasses such as timm's ``BatchNormAct2d``): the
     layers whose running statistics a frozen backbone keeps. Private API: their common base
     ``torch.nn.modules.batchnorm._BatchNorm`` (no public one)."""
-    from torch.nn.modules.batchnorm import _BatchNorm
-
     return isinstance(module, _BatchNorm)

@@ -8,10 +8,11 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-if TYPE_CHECKING:
-    from experiments.errors import UserError
+import yaml
+
+from experiments.errors import UserError, find_in_chain
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
@@ -70,8 +71,6 @@ def read_text(path: str | os.PathLike, max_bytes: int = MAX_FILE_BYTES) -> str:
         UserError: naming the file and the problem (missing, a folder, too large, unreadable,
             not UTF-8).
     """
-    from experiments.errors import UserError
-
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -102,8 +101,6 @@ def read_json(path: str | os.PathLike, missing: Any = _MISSING, *, kind: type | 
     Raises:
         UserError: one line naming the file and the problem.
     """
-    from experiments.errors import UserError
-
     path = Path(path)
     if missing is not _MISSING and not path.exists() and not path.is_symlink():
         return missing
@@ -134,10 +131,6 @@ def parse_yaml(text: str, where: str, max_nodes: int = MAX_YAML_NODES) -> Any:
     Raises:
         UserError: naming ``where`` and the problem.
     """
-    import yaml
-
-    from experiments.errors import UserError
-
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         root = yaml.compose(text, Loader=loader)
@@ -156,8 +149,6 @@ def parse_yaml(text: str, where: str, max_nodes: int = MAX_YAML_NODES) -> Any:
 def _expanded_nodes(root: Any, budget: int) -> int:
     """How many nodes the document has with every alias expanded, counting up to just past
     ``budget`` (iterative, so a deep or self-referencing document cannot recurse forever)."""
-    import yaml
-
     count, stack = 0, [root]
     while stack and count <= budget:
         node = stack.pop()
@@ -177,8 +168,6 @@ def read_yaml(path: str | os.PathLike, missing: Any = _MISSING, *, kind: type | 
     Raises:
         UserError: one line naming the file and the problem.
     """
-    from experiments.errors import UserError
-
     path = Path(path)
     if missing is not _MISSING and not path.exists() and not path.is_symlink():
         return missing
@@ -197,8 +186,6 @@ def check_writable(folder: str | os.PathLike, key: str) -> None:
     Raises:
         UserError: naming ``key``, the path and the cause.
     """
-    from experiments.errors import UserError
-
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -238,16 +225,12 @@ WRITE_ERRNOS = frozenset(
 
 def find_write_error(err: BaseException | None) -> OSError | None:
     """The OSError of a failed write (full disk, read-only, permissions) behind ``err``."""
-    from experiments.errors import find_in_chain
-
     return find_in_chain(err, lambda e: isinstance(e, OSError) and e.errno in WRITE_ERRNOS)
 
 
 def write_error(err: BaseException, run_dir) -> UserError | None:
     """A write that failed while training (a full disk, a file system turned read-only) as
     the one line to act on: the newest checkpoint written whole is still there."""
-    from experiments.errors import UserError
-
     os_error = find_write_error(err)
     if os_error is None:
         return None

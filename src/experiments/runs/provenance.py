@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import socket
 import subprocess
 import sys
 import threading
+import unicodedata
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
 from experiments.runs.files import atomic_write, write_json
 from experiments.runs.layout import GIT_DIFF, REPRODUCE, REQUIREMENTS, RunDir
+from experiments.secrets import redact_argv
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout the package runs from
 
@@ -84,11 +92,7 @@ def _installed() -> list[str]:
 
 def environment(seed: Any, device: str, git: dict[str, Any] | None = None) -> dict[str, Any]:
     """Provenance of this process: git state, command line, versions, host, device, seed."""
-    import hydra
-    import lightning
-    import torch
-
-    from experiments.secrets import redact_argv
+    import torch  # lazy: the command line imports this module before the cheap check
 
     if git is None:
         git = start_git_probe()()
@@ -99,7 +103,7 @@ def environment(seed: Any, device: str, git: dict[str, Any] | None = None) -> di
         "command": [sys.executable, *argv],
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "lightning": lightning.__version__,
+        "lightning": version("lightning"),
         "hydra": hydra.__version__,
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "hostname": socket.gethostname(),
@@ -139,9 +143,6 @@ def run_overrides() -> list[str]:
     """This run's own overrides: Hydra's task overrides (a sweep job's are its own values),
     else the command line's ``key=value`` arguments; without output places and resume."""
     try:
-        from hydra.core.hydra_config import HydraConfig
-        from omegaconf import OmegaConf
-
         # as typed: an interpolation such as ${oc.env:TOKEN} stays one, never its value
         overrides = list(OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False))
     except Exception:  # not under Hydra's main
@@ -158,8 +159,6 @@ def is_control(char: str) -> bool:
     """A character that ends a line, moves the cursor or hides text: C0/C1 controls, DEL,
     line/paragraph separators, invisible format characters, bidi overrides, and lone
     surrogates (command-line bytes that were not UTF-8)."""
-    import unicodedata
-
     return char in BIDI or unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Cs")
 
 
@@ -178,8 +177,6 @@ def shell_word(text: str) -> str:
     """``text`` as one bash word that bash reads back as exactly ``text``: ``shlex.quote``,
     or, when it holds a control character, ANSI-C quoting (``$'a\\nb'``) with every control
     character escaped, so the script's lines stay the lines it was written with."""
-    import shlex
-
     if not any(is_control(c) for c in text):
         return shlex.quote(text)
     return "$'" + "".join(_escape(c) if is_control(c) or c in "\\'" else c for c in text) + "'"
@@ -197,8 +194,6 @@ def reproduce_script(env: dict[str, Any], overrides: list[str]) -> str:
     Every value is written as one shell word (``shell_word``): the script runs exactly
     these overrides, and no text of theirs (a newline, ``$(...)``, a backtick, ``;``) can
     end a line or become a command, in the comments too."""
-    from experiments.secrets import redact_argv
-
     args = " ".join(shell_word(a) for a in redact_argv(overrides))
     commit = str(env.get("git_commit") or "")
     at = printable(commit) or "(unknown: not run from a git checkout)"

@@ -22,9 +22,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from experiments.console import process_rank
 from experiments.errors import UserError, one_line
 from experiments.runs.files import read_json_object, read_yaml
 from experiments.runs.layout import METRICS, PREVIOUS_SUFFIX, RunDir, read_sidecar
+from experiments.runs.lock import check_free
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +100,6 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
         raise UserError(f"resume={resume}: {run.saved_overrides} not found (is this a run dir?)")
     if not run.resumable():
         raise UserError(f"resume={resume}: no checkpoint in {run.checkpoints}")
-    from experiments.console import process_rank
-    from experiments.runs.lock import check_free
 
     # the run's files are data: a corrupt one is one line before Hydra rewrites .hydra/ in
     # the run (what each entry may do is checked by experiments.config.replay, which the
@@ -147,6 +147,7 @@ def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
     an unfinished run over from step 0); a resume refuses a finished run unless
     ``trainer.max_epochs`` was raised.
     """
+    # lazy: the pre-Hydra check imports this module, and a checkpoint loads through torch
     from experiments.runs.checkpoint_io import (
         first_loadable,
         newest_valid_checkpoint,

@@ -17,9 +17,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf, open_dict
+
 from experiments.errors import UserError
 from experiments.runs.files import read_json_object, write_json
 from experiments.runs.layout import SWEEP_MANIFEST, RunDir, SweepDir
+from experiments.runs.lock import RunLock
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +75,6 @@ def claim(sweep_dir: Path, mine: Manifest, force: bool) -> bool:
         UserError: another live process runs a sweep there; the dir holds a different sweep;
             the search space changed (without ``force``, or on a grid sweeper).
     """
-    from experiments.runs.lock import RunLock
-
     sweep_dir = Path(sweep_dir)
     path = SweepDir(sweep_dir).sweep_file
     theirs = _read(path) if path.is_file() else None
@@ -168,8 +169,6 @@ def earlier_sweep_job(cfg) -> dict | None:
     """A sweep job run again (the same sweep re-run into its dir): the metrics of one that
     finished before (kept, not trained again), None to train, after pointing ``resume`` at
     the job's own checkpoint when it has one. ``cfg``: the job's composed config."""
-    from omegaconf import OmegaConf, open_dict
-
     job_dir = Path(cfg.paths.output_dir)
     retry_failed = bool(OmegaConf.select(cfg, "sweep.retry_failed", default=True))
     action, found = plan_job(job_dir, retry_failed)
@@ -239,8 +238,6 @@ def parse_budget(value: Any) -> float:
 def stop_reason(cfg, sweep_dir: Path, job_num: int) -> str | None:
     """Why job ``job_num`` of the sweep in ``sweep_dir`` is not run (a stop rule of
     ``cfg.sweep`` holds), or None to run it."""
-    from omegaconf import OmegaConf
-
     rules = OmegaConf.select(cfg, "sweep", default=None) or {}
     max_jobs, target, budget = (rules.get(k) for k in ("max_jobs", "target", "time_budget"))
     if max_jobs is not None and job_num >= int(max_jobs):

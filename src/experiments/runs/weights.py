@@ -9,6 +9,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save
+
 from experiments.errors import UserError, one_line
 from experiments.runs.files import atomic_write
 
@@ -19,12 +23,8 @@ SAFETENSORS = ".safetensors"
 def save_state_dict(state_dict: dict, path: str | os.PathLike) -> Path:
     """Save a state_dict atomically, with ``_orig_mod.`` (torch.compile) stripped: as
     safetensors when ``path`` ends in ``.safetensors``, else with ``torch.save``."""
-    import torch
-
     clean = strip_compile_prefix(state_dict)
     if str(path).endswith(SAFETENSORS):
-        from safetensors.torch import save
-
         # contiguous, unshared CPU copies: safetensors refuses views and shared storage
         tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in clean.items()}
         payload = save(tensors)
@@ -47,8 +47,6 @@ def safe_load(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
         UserError: one line naming the file when it is missing, empty, truncated or
             carries pickled objects (which are refused, never run).
     """
-    import torch
-
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path}")
@@ -66,9 +64,6 @@ def safe_load(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
 
 
 def _load_safetensors(path: Path, map_location: Any) -> dict:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     device = str(map_location) if isinstance(map_location, str) else "cpu"
     try:
         return load_file(path, device=device)
@@ -78,8 +73,6 @@ def _load_safetensors(path: Path, map_location: Any) -> dict:
 
 def read_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
     """Load a weights-only state_dict file safely (see ``safe_load``)."""
-    import torch
-
     obj = safe_load(path, map_location)
     if not isinstance(obj, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
