@@ -343,7 +343,7 @@ def test_saved_config(world, data):
 @FUZZ
 @given(data=st.data())
 def test_saved_overrides(world, data):
-    from experiments.config.replay import check_resumed, read_overrides
+    from experiments.recorded.replay import check_resumed, read_overrides
 
     name = ".hydra/overrides.yaml"
     text = data.draw(hostile_file(original(world, name), "yaml", world["marker"]), label=name)
@@ -355,7 +355,7 @@ def test_saved_overrides(world, data):
 @FUZZ
 @given(data=st.data())
 def test_checkpoint_sidecar(world, data):
-    from experiments.config.saved import read_sidecar
+    from experiments.recorded.folder import read_sidecar
 
     name = "checkpoints/best.json"
     text = data.draw(hostile_file(original(world, name), "json", world["marker"]), label=name)

@@ -5,7 +5,7 @@ A winner picked as the best of many configs on the seeds that picked it is flatt
 that choice (the winner's curse); seeds it never ran are an independent check. Each config
 is re-run the way its runs were made: the first run's saved overrides
 (``.hydra/overrides.yaml``), read and checked entry by entry by
-``experiments.config.replay.read_overrides`` (a hostile entry is refused in one line before
+``experiments.recorded.replay.read_overrides`` (a hostile entry is refused in one line before
 anything runs), with ``seed=`` replaced by the fresh seeds, through
 ``python -m experiments.train -m``: one sweep per config over its fresh seeds, into
 ``<folder>/<group>/<job>``. ``hparams_search=`` is left out (it would start a search, not
@@ -150,7 +150,7 @@ def confirm(
         )
     if n_seeds < 2:
         raise UserError(f"confirm_seeds={n_seeds}: give 2 or more (a spread needs two seeds)")
-    from experiments.config.replay import read_overrides
+    from experiments.recorded.replay import read_overrides
 
     plans = []
     for group in groups[:top_k]:

@@ -24,9 +24,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from experiments.config.saved import BOOLEANS, TRUST_MODIFIED, boolean
 from experiments.console import filter_upstream_warnings, pause_gc
 from experiments.errors import UserError, exit_with, find_user_error
+from experiments.recorded.folder import BOOLEANS, TRUST_MODIFIED, boolean
 from experiments.secrets import check_args
 
 FOLDER = "run_dir"

@@ -10,22 +10,28 @@ and still answers before Hydra makes a run dir or any job starts."""
 
 from __future__ import annotations
 
+import difflib
 import re
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from experiments.compat.hydra import Composer, is_multirun, task_view
 from experiments.config import schema
 from experiments.config.ray import check_ray_launcher
-from experiments.config.replay import check_resumed
 from experiments.config.slurm import check_slurm_launcher, check_task_layout
+from experiments.config.sweeper import check_settings
 from experiments.console import process_rank
 from experiments.errors import UserError, one_line
+from experiments.recorded import CONF_DIR
+from experiments.recorded.replay import check_resumed
 from experiments.runs.files import check_writable
 from experiments.runs.resume import resume_overrides, resume_target
+from experiments.runs.sweep import claim, manifest
 from experiments.secrets import check_args
 
 # flags after which Hydra does something other than run the task: leave those to Hydra
@@ -88,10 +94,6 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         else:
             overrides.append(arg)
     multirun = any(f in MULTIRUN for f in flags)
-
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
     for before, arg in zip([None, *overrides], overrides, strict=False):
         if "=" not in arg and not arg.startswith("~"):
             hint = "overrides are key=value"
@@ -172,10 +174,6 @@ def claim_sweep_dir(composer: Composer, full: DictConfig, argv: list[str], parse
     """Take the sweep dir for this sweep (``experiments.runs.sweep.claim``); return ``argv``
     with the dir pinned (``hydra.sweep.dir`` holds the start time: Hydra would resolve it
     again a moment later)."""
-    from pathlib import Path
-
-    from experiments.runs.sweep import claim, manifest
-
     try:
         sweep_dir = Path(str(OmegaConf.select(full, "hydra.sweep.dir")))
     except Exception:  # an interpolation only Hydra can resolve: leave the dir to it
@@ -232,8 +230,6 @@ def check_sweeper(cfg: DictConfig) -> None:
     target = str(OmegaConf.select(cfg, "hydra.sweeper._target_", default="") or "")
     if not target.startswith("hydra_plugins.experiments_optuna."):
         return
-    from experiments.config.sweeper import check_settings
-
     try:
         check_settings(OmegaConf.to_container(cfg.hydra.sweeper, resolve=True))
     except ValueError as err:
@@ -242,8 +238,6 @@ def check_sweeper(cfg: DictConfig) -> None:
 
 def compose_or_fail(composer: Composer, overrides: list[str]) -> DictConfig:
     """The whole config (``hydra`` node included); a composition error as one line."""
-    from hydra.errors import HydraException
-
     try:
         return composer.compose(overrides)
     except HydraException as err:
@@ -307,8 +301,6 @@ def _belongs(key: str, group: str, chosen: str, ignored: bool, owners: list[str]
 
 
 def _conf_dir(composer: Composer) -> str | None:
-    from experiments.config import CONF_DIR
-
     return str(getattr(composer, "conf_dir", CONF_DIR))
 
 
@@ -390,8 +382,6 @@ def _option_node(composer: Composer, group: str, option: str) -> dict | None:
 def _did_you_mean(others: DictConfig, key: str) -> str:
     """``; did you mean trainer.max_epochs?`` for an unknown ``trainer.max_epoch``: the
     closest key of the same section of ``others`` (composed without the offending override)."""
-    import difflib
-
     parent, _, name = key.rpartition(".")
     node = OmegaConf.select(others, parent) if parent else None
     keys = [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []

@@ -13,10 +13,10 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments.config.saved import check_output
 from experiments.errors import UserError
 from experiments.evaluation.model_card import applied_temperature
 from experiments.evaluation.saved_run import SavedRun
+from experiments.recorded.folder import check_output
 from experiments.runs.layout import sidecar_of
 
 log = logging.getLogger(__name__)

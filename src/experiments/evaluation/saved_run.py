@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.config import allowlist
-from experiments.config.saved import (
+from experiments.errors import UserError
+from experiments.recorded.folder import (
     checkpoint_path,
     load_run_config,
     read_sidecar,
     resolved,
     split_trust,
 )
-from experiments.errors import UserError
 from experiments.runs import manifest
 from experiments.runs.layout import RunDir, sidecar_of
 

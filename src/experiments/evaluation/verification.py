@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments.config.replay import read_overrides
 from experiments.errors import UserError, one_line
+from experiments.recorded.replay import read_overrides
 from experiments.runs.files import read_json_object, read_text
 from experiments.runs.layout import (
     ENV,

@@ -1,6 +1,6 @@
 """A finished run's folder read back for ``eval`` and ``predict`` as data: its saved config
 with ``key=value`` overrides applied and its references resolved without any resolver
-(``config.references``), its weights-only checkpoints with their sidecars checked for type
+(``recorded.references``), its weights-only checkpoints with their sidecars checked for type
 and range, and the places a command may write. What may be built from it is decided by
 ``config.allowlist``.
 
@@ -19,9 +19,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from experiments.config import CONF_DIR
-from experiments.config.references import ABSENT, lookup, resolve
 from experiments.errors import UserError, one_line
+from experiments.recorded import CONF_DIR
+from experiments.recorded.references import ABSENT, lookup, resolve
 from experiments.runs.files import read_yaml
 from experiments.runs.layout import RunDir
 from experiments.runs.layout import read_sidecar as layout_sidecar

@@ -27,8 +27,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from experiments.config import CONF_DIR
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
+from experiments.config.allowlist import TRUSTED_ENV, is_trusted
 from experiments.errors import UserError, one_line
+from experiments.recorded import CONF_DIR
 from experiments.runs.files import parse_yaml, read_text, read_yaml
 from experiments.runs.layout import RunDir
 from experiments.runs.provenance import is_control
@@ -104,8 +108,6 @@ def check_override(entry: str, where: str) -> str:
         raise refuse("it holds a control character")
     if entry.startswith("-"):
         raise refuse("a command-line flag, not an override")
-    from hydra.errors import HydraException
-
     try:
         override = _parser().parse_override(entry)
     except (HydraException, ValueError, TypeError, RecursionError) as err:
@@ -142,8 +144,6 @@ def check_override(entry: str, where: str) -> str:
 
 @functools.cache
 def _parser():
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     return OverridesParser.create()
 
 
@@ -190,8 +190,6 @@ def _check_value(value: Any, key: str, refuse) -> None:
 
 
 def _check_target(key: str, value: Any, refuse) -> None:
-    from experiments.config.allowlist import TRUSTED_ENV, is_trusted
-
     values = value if isinstance(value, list) else [value]
     for target in values:
         if not isinstance(target, str) or not (target in _conf_targets() or is_trusted(target)):
