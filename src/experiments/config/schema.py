@@ -1,19 +1,12 @@
 """The composed config checked once, before anything is built: constructor signatures are
-the schema.
+the schema. Every ``_target_`` is imported and its keys bound to its real
+``inspect.signature`` and type hints (``config.hints``): an unknown key gets a did-you-mean,
+a value its hint does not admit one line naming the key, the value and what is valid.
+Adding an argument to a constructor is the whole change.
 
-Every ``_target_`` is imported and its keys are bound to its real ``inspect.signature``
-and ``typing.get_type_hints``: an unknown key gets a did-you-mean, and a value its hint does
-not admit -- ``int``, ``float``, ``bool``, ``str``, ``Literal[...]`` choices,
-``Annotated[..., Ge(1)]`` bounds (``config.hints``) -- gets one line naming the key, the
-value and what would be valid. Adding an argument to a constructor is the whole change:
-the config, the command line and this check follow.
-
-Only two things are written here by hand: ``REFINED``, bounds and choices of third-party
-constructors whose signatures cannot say them (torch's ``lr: float``), and the rules that
-join several keys (``_cross_key_rules``). The top-level sections no constructor takes are
-described by the dataclasses below, and checked the same way.
-
-Importing this module imports no torch; checking a config imports its targets.
+Written here by hand: ``REFINED`` (bounds of third-party arguments their hints cannot say),
+the rules that join keys (``_cross_key_rules``) and the dataclasses of the top-level
+sections no constructor takes. Importing this module imports no torch.
 """
 
 from __future__ import annotations
@@ -182,11 +175,14 @@ def check(cfg: DictConfig) -> None:
     digest = hashlib.blake2b(json.dumps(plain, default=str).encode(), digest_size=16).hexdigest()
     if digest in _PASSED:
         return
-    missing = [k for k in _missing_keys(plain) if not k.startswith("hydra")]
+    nodes = list(_nodes(plain))
+    # ``???``: to_container keeps it as that text and resolves nothing, so a ${hydra:...}
+    # that is not set yet does not fail here
+    missing = sorted(k for k, v in nodes if v == "???" and not k.startswith("hydra"))
     if missing:
         raise UserError(
-            f"missing value for {', '.join(sorted(missing))}: set it on the command line, "
-            f"e.g. {sorted(missing)[0]}=<value>"
+            f"missing value for {', '.join(missing)}: set it on the command line, "
+            f"e.g. {missing[0]}=<value>"
         )
     _objects_have_targets(plain)
     for section, options in SECTIONS.items():
@@ -194,9 +190,10 @@ def check(cfg: DictConfig) -> None:
         if isinstance(node, dict):
             _check_node(cfg, section, options, node, known_only=not section)
     _cross_key_rules(cfg)
-    for key, target, node in _walk_targets(plain):
+    for key, node in nodes:
+        target = node.get("_target_") if isinstance(node, dict) else None
         if isinstance(target, str) and "${" not in target:
-            _check_node(cfg, key, target, node, known_only=False)
+            _check_node(cfg, key or "<root>", target, node, known_only=False)
     _PASSED.add(digest)
 
 
@@ -214,24 +211,25 @@ def _objects_have_targets(plain: dict) -> None:
             )
 
 
-def _walk_targets(node: Any, key: str = "") -> Iterator[tuple[str, Any, dict]]:
-    """Yield ``(dotted key, target, mapping)`` for every plain mapping with a ``_target_``."""
-    if isinstance(node, dict):
-        if "_target_" in node:
-            yield key or "<root>", node["_target_"], node
-        for k, v in node.items():
-            yield from _walk_targets(v, f"{key}.{k}" if key else str(k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _walk_targets(v, f"{key}.{i}" if key else str(i))
+def _nodes(node: Any, key: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted key, value)`` for ``node`` and everything in it, mappings and lists too."""
+    yield key, node
+    if isinstance(node, dict | list):
+        for k, v in node.items() if isinstance(node, dict) else enumerate(node):
+            yield from _nodes(v, f"{key}.{k}" if key else str(k))
 
 
 def _check_node(cfg: DictConfig, key: str, target: str | type, node: dict, known_only: bool):
-    name_of = target if isinstance(target, str) else f"{target.__module__}.{target.__name__}"
-    found = _signature(key, target)
-    if found is None:
+    obj = _locate(key, target) if isinstance(target, str) else target
+    name_of = target if isinstance(target, str) else f"{obj.__module__}.{obj.__name__}"
+    try:
+        signature = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
         return  # no signature to read (a builtin): the constructor checks its own arguments
-    params, hints, any_key = found
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = {p.name: p for p in signature if p.kind in kinds}
+    any_key = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature)
+    hints = _hints(obj)
     for name, value in node.items():
         if name in HYDRA_KEYS:
             continue
@@ -253,19 +251,6 @@ def _check_node(cfg: DictConfig, key: str, target: str | type, node: dict, known
         if not spec.admits(value):
             why = f"; {spec.reason()}" if spec.reason() else ""
             raise UserError(f"{path}={show(value)} is not valid: expected {spec.describe()}{why}")
-
-
-def _signature(key: str, target: str | type) -> tuple[dict, dict, bool] | None:
-    """``(keyword parameters, their type hints, takes **kwargs)`` of the imported target."""
-    obj = _locate(key, target) if isinstance(target, str) else target
-    try:
-        sig = inspect.signature(obj)
-    except (TypeError, ValueError):
-        return None
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    params = {n: p for n, p in sig.parameters.items() if p.kind in kinds}
-    any_key = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
-    return params, _hints(obj), any_key
 
 
 def _hints(obj: Any) -> dict[str, Any]:
@@ -355,18 +340,6 @@ def _cross_key_rules(cfg: DictConfig) -> None:
         raise UserError(
             f"optimized_metric={metric!r} is not valid: expected stage/name, e.g. val/acc"
         )
-
-
-def _missing_keys(node: Any, prefix: str = "") -> Iterator[str]:
-    """``???`` values (``to_container`` keeps them as that text, and resolves nothing, so a
-    ``${hydra:...}`` that is not set yet does not fail here)."""
-    items = node.items() if isinstance(node, dict) else enumerate(node)
-    for key, value in items:
-        path = f"{prefix}.{key}" if prefix else str(key)
-        if value == "???":
-            yield path
-        elif isinstance(value, dict | list):
-            yield from _missing_keys(value, path)
 
 
 def _select(cfg: DictConfig, key: str):
