@@ -13,7 +13,7 @@ from lightning.pytorch.loggers import Logger
 from omegaconf import OmegaConf
 
 from experiments.config import CONF_DIR, schema
-from experiments.data import ImageDataModule
+from experiments.data import ImageData
 from experiments.models import ClassificationModule
 
 
@@ -80,7 +80,7 @@ def test_option_composes_and_instantiates(make_cfg, group, option, tmp_path):
         whole_run = "total_steps" in inspect.signature(factory).parameters
         length = {"total_steps": 100, "total_epochs": cfg.trainer.max_epochs} if whole_run else {}
         assert factory(optimizer, **length) is not None
-    assert isinstance(instantiate(cfg.data), ImageDataModule)
+    assert isinstance(instantiate(cfg.data), ImageData)
     from experiments.training import build
 
     callbacks = build.callbacks(cfg, with_logger=True)

@@ -8,7 +8,8 @@ called, nothing from ``hydra.*`` is located, and a refused node is one line nami
 
 The families (``FAMILIES``):
 
-* ``data``: :class:`experiments.data.ImageDataModule`;
+* ``data``: the data modules of ``experiments.data`` (``DigitsData``, ``CsvData``,
+  ``TorchvisionData``, ``DatasetData``; ``ImageDataModule``, the flat name older runs saved);
 * ``module``: :class:`experiments.models.ClassificationModule`;
 * ``net``: our nets and model builders (``experiments.models``: CNN, MLP, ResNet9,
   resnet18, backbone -- timm and torchvision by name) and torchvision's model builders
@@ -38,12 +39,15 @@ from experiments.errors import UserError, one_line
 TRUSTED_ENV = "EXPERIMENTS_TRUSTED_MODULES"
 FAMILIES = ("data", "module", "net", "transform", "dataset")
 OURS = {
-    "data": {"ImageDataModule": "experiments.data"},
+    "data": {
+        n: "experiments.data"
+        for n in ("DigitsData", "CsvData", "TorchvisionData", "DatasetData", "ImageDataModule")
+    },
     "module": {"ClassificationModule": "experiments.models"},
     "net": {n: "experiments.models" for n in ("CNN", "MLP", "ResNet9", "resnet18", "backbone")},
 }
 DESCRIBE = {
-    "data": "experiments.data.ImageDataModule",
+    "data": "experiments.data.{DigitsData,CsvData,TorchvisionData,DatasetData,ImageDataModule}",
     "module": "experiments.models.ClassificationModule",
     "net": "experiments.models.{CNN,MLP,ResNet9,resnet18,backbone} or torchvision.models.<name>",
     "transform": "torchvision.transforms.v2 transforms (not Lambda) or "

@@ -1,7 +1,24 @@
-"""Datasets, transforms and the LightningDataModule."""
+"""Datasets, transforms and the LightningDataModules (one per source family)."""
 
-from experiments.data.datamodule import ImageDataModule
+from experiments.data.datamodule import (
+    CsvData,
+    DatasetData,
+    DigitsData,
+    ImageData,
+    ImageDataModule,
+    TorchvisionData,
+)
 from experiments.data.datasets import CsvImageDataset, export_digits
 from experiments.data.transforms import OneHot
 
-__all__ = ["CsvImageDataset", "ImageDataModule", "OneHot", "export_digits"]
+__all__ = [
+    "CsvData",
+    "CsvImageDataset",
+    "DatasetData",
+    "DigitsData",
+    "ImageData",
+    "ImageDataModule",
+    "OneHot",
+    "TorchvisionData",
+    "export_digits",
+]

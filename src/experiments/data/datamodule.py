@@ -1,64 +1,70 @@
-"""The one LightningDataModule: builds a dataset from config, makes seeded
-train/val/test splits with separate train/eval transforms, and serves DataLoaders."""
+"""The LightningDataModules. ``ImageData`` composes what every source shares: the
+transforms, the seeded split (``splits``), normalization (``stats``), the loaders
+(``loaders``) and the tensor store (``store``). Each source family is a small subclass that
+adds only its own typed arguments, so its signature is its config: a key the chosen source
+does not take is an unknown key, and a new argument is one field in one class."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Annotated, Literal
 
 import lightning as L
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from experiments.config.hints import Ge, Le, Length, Lt, Why
 from experiments.data import sources, store
+from experiments.data.datasets import export_digits
 from experiments.data.loaders import loader
-from experiments.data.sources import DatasetName
 from experiments.data.splits import split_indices, warn_absent_classes
 from experiments.data.stats import normalize, resolve_stats
 from experiments.data.transforms import batch_mixer, compose, is_deterministic
 from experiments.errors import UserError
+from experiments.runs.files import write_json
 
 log = logging.getLogger(__name__)
 
+# each class is a dataclass: its fields are its typed constructor arguments (the config)
+_config = dataclass(eq=False, repr=False, kw_only=True)
 
-class ImageDataModule(L.LightningDataModule):
-    """Image classification data: bundled sets, a CSV-indexed folder, or your own Dataset.
+
+@_config
+class ImageData(L.LightningDataModule):
+    """Image classification data from the source a subclass reads (its ``sets``).
 
     Args:
-        dataset: ``digits`` | ``image_csv`` | ``mnist`` | ``fashion_mnist`` | ``cifar10``,
-            or a callable ``(transform, target_transform) -> (train, test_or_None)``
-            (a ``_partial_`` in config) for a Dataset of your own.
-        root: folder of the torchvision datasets (or of the digits export).
-        download: let torchvision download missing files (needs network).
-        csv_file: ``image_csv``: the CSV index (``filename,label``).
-        image_dir: ``image_csv``: folder the CSV's file names are relative to.
-        test_csv_file: ``image_csv``: optional separate test CSV; else test is carved out.
-        image_mode: ``L`` or ``RGB`` for CSV images; None detects it from the first image.
-        image_size: ``[height, width]`` to resize CSV images to; None takes the first
-            image's size (so a folder of mixed sizes still batches).
         train_transform: applied to training samples (after ``augment``).
         eval_transform: applied to val/test samples.
         target_transform: applied to class indices of every split.
+        augment: random augmentation applied to training samples only, before
+            ``train_transform`` (the ``augment=`` presets); None for none.
         val_fraction: share of the training set held out for validation.
         test_fraction: share held out for test when the source has no test split.
+        split: ``stratified`` (each class split on its own, every class with enough
+            samples in every split) or ``random``; stratified needs ``.targets``.
+        split_seed: seed of the split, fixed apart from ``seed`` so that runs with
+            different seeds are scored on the same held-out images.
+        folds: k-fold cross-validation (``cv.folds=K`` sets it): the number of folds of
+            the non-test samples; None: validate on ``val_fraction``.
+        fold: which of the ``folds`` folds is validated on.
         batch_size: per-device batch size of every loader.
         num_workers: DataLoader worker processes.
         pin_memory: pin host memory for faster host-to-GPU copies.
         persistent_workers: keep workers alive across epochs (only with num_workers > 0).
-        split_seed: seed of the train/val/test split, fixed apart from ``seed`` so that
-            runs with different seeds are scored on the same held-out images.
-        cache: keep decoded CSV images in memory after their first use.
-        cache_transformed: keep transformed CSV samples in memory after their first use,
-            so later epochs skip decoding and transforms: ``auto`` does it for each split
-            whose transforms are deterministic (never for random augmentation), ``true``
-            for every split (you vouch the transforms are deterministic), ``false`` never.
-        cache_max_mb: memory bound of that cache per split (and per worker process);
-            samples beyond it are decoded and transformed on every use.
-        split: ``stratified`` (each class split on its own, every class with enough
-            samples in every split) or ``random``; stratified needs ``.targets``.
-        augment: random augmentation applied to training samples only, before
-            ``train_transform`` (the ``augment=`` presets); None for none.
+        sampler: ``shuffle`` (each training sample once per epoch) or ``balanced`` (as
+            many draws per epoch, with replacement, each class equally likely).
+        cache_transformed: keep transformed samples once made, so later epochs skip
+            decoding and transforms: ``auto`` for each split whose transforms are
+            deterministic (never random augmentation), ``true`` for every split (you vouch
+            the transforms are deterministic), ``false`` never.
+        cache_max_mb: memory bound of that cache, and of a tensor store, per split.
+        tensor_store: ``auto``: a split whose samples can all be kept is stacked into one
+            tensor and batches are cut from it by index, with shift/flip augmentation
+            applied per batch; ``true``: also for a Dataset of your own; ``false``: never.
+        device_resident: ``auto``: those tensors live on the accelerator when they take
+            at most a quarter of its free memory; ``true``: always; ``false``: never.
         mean: per-channel means to normalize batches with (on the device, after
             transfer), ``auto`` to compute them once from the training split, or None.
         std: per-channel standard deviations, ``auto``, or None (as ``mean``).
@@ -67,95 +73,35 @@ class ImageDataModule(L.LightningDataModule):
         mixup_alpha: > 0 mixes training batches (MixUp, Beta(alpha, alpha)).
         cutmix_alpha: > 0 pastes patches across training batches (CutMix); with both,
             each batch gets one of the two at random.
-        sampler: ``shuffle`` (each training sample once per epoch) or ``balanced`` (as
-            many draws per epoch, with replacement, each class equally likely).
-        folds: k-fold cross-validation (``cv.folds=K`` sets it): the number of folds of
-            the non-test samples; None: validate on ``val_fraction``.
-        fold: which of the ``folds`` folds is validated on.
-        tensor_store: ``auto``: a split whose samples can all be cached (see
-            ``cache_transformed``) is stacked into one tensor and batches are cut from it
-            by index, with shift/flip augmentation applied per batch; ``false``: never.
-        device_resident: ``auto``: those tensors live on the accelerator when they take
-            at most a quarter of its free memory; ``true``: always; ``false``: never.
-        follow_symlinks: ``image_csv``: read files through symlinks that resolve outside
-            ``image_dir`` (refused by default, naming the CSV row; file names that are
-            absolute or climb out with ``..`` are always refused).
     """
 
-    def __init__(
-        self,
-        dataset: DatasetName | Callable = "digits",
-        root: str = "data",
-        download: bool = False,
-        csv_file: str | None = None,
-        image_dir: str | None = None,
-        test_csv_file: str | None = None,
-        image_mode: str | None = None,
-        image_size: Annotated[
-            Sequence[Annotated[int, Ge(1), Le(4096)]],
-            Length(2),
-            Why("each image is resized to it in memory (4096x4096 RGB is 200 MB as float32)"),
-        ]
-        | None = None,
-        train_transform: Callable | None = None,
-        eval_transform: Callable | None = None,
-        target_transform: Callable | None = None,
-        val_fraction: Annotated[float, Ge(0), Lt(1)] = 0.1,
-        test_fraction: Annotated[float, Ge(0), Lt(1)] = 0.1,
-        batch_size: Annotated[int, Ge(1)] = 64,
-        num_workers: Annotated[int, Ge(0)] = 0,
-        pin_memory: bool = False,
-        persistent_workers: bool = False,
-        split_seed: int = 0,
-        cache: bool = False,
-        cache_transformed: Literal["auto"] | bool = "auto",
-        cache_max_mb: Annotated[float, Ge(0)] = 1024.0,
-        split: Literal["stratified", "random"] = "random",
-        augment: Callable | None = None,
-        mean: Sequence[float] | str | None = None,
-        std: Sequence[float] | str | None = None,
-        stats_file: str | None = None,
-        mixup_alpha: Annotated[float, Ge(0)] = 0.0,
-        cutmix_alpha: Annotated[float, Ge(0)] = 0.0,
-        sampler: Literal["shuffle", "balanced"] = "shuffle",
-        folds: Annotated[int, Ge(2)] | None = None,
-        fold: Annotated[int, Ge(0)] = 0,
-        tensor_store: Literal["auto"] | bool = "auto",
-        device_resident: Literal["auto"] | bool = "auto",
-        follow_symlinks: bool = False,
-    ) -> None:
+    train_transform: Callable | None = None
+    eval_transform: Callable | None = None
+    target_transform: Callable | None = None
+    augment: Callable | None = None
+    val_fraction: Annotated[float, Ge(0), Lt(1)] = 0.1
+    test_fraction: Annotated[float, Ge(0), Lt(1)] = 0.1
+    split: Literal["stratified", "random"] = "random"
+    split_seed: int = 0
+    folds: Annotated[int, Ge(2)] | None = None
+    fold: Annotated[int, Ge(0)] = 0
+    batch_size: Annotated[int, Ge(1)] = 64
+    num_workers: Annotated[int, Ge(0)] = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    sampler: Literal["shuffle", "balanced"] = "shuffle"
+    cache_transformed: Literal["auto"] | bool = "auto"
+    cache_max_mb: Annotated[float, Ge(0)] = 1024.0
+    tensor_store: Literal["auto"] | bool = "auto"
+    device_resident: Literal["auto"] | bool = "auto"
+    mean: Sequence[float] | str | None = None
+    std: Sequence[float] | str | None = None
+    stats_file: str | None = None
+    mixup_alpha: Annotated[float, Ge(0)] = 0.0
+    cutmix_alpha: Annotated[float, Ge(0)] = 0.0
+
+    def __post_init__(self) -> None:
         super().__init__()
-        if dataset == "image_csv" and not (csv_file and image_dir):
-            raise UserError("data=image_csv needs data.csv_file=<csv> and data.image_dir=<folder>")
-        self.dataset = dataset
-        self.root = root
-        self.download = download
-        self.csv_file = csv_file
-        self.image_dir = image_dir
-        self.test_csv_file = test_csv_file
-        self.image_mode = image_mode
-        self.image_size = tuple(image_size) if image_size else None
-        self.train_transform = train_transform
-        self.eval_transform = eval_transform
-        self.target_transform = target_transform
-        self.val_fraction = float(val_fraction)
-        self.test_fraction = float(test_fraction)
-        self.batch_size = int(batch_size)
-        self.num_workers = int(num_workers)
-        self.pin_memory = pin_memory
-        self.persistent_workers = persistent_workers
-        self.split_seed = split_seed
-        self.cache = cache
-        self.cache_transformed = cache_transformed
-        self.cache_max_mb = float(cache_max_mb)
-        self.split = split
-        self.augment = augment
-        self.mean, self.std, self.stats_file = mean, std, stats_file
-        self.mixup_alpha, self.cutmix_alpha = float(mixup_alpha), float(cutmix_alpha)
-        self.sampler = sampler
-        self.folds, self.fold = folds, fold
-        self.tensor_store, self.device_resident = tensor_store, device_resident
-        self.follow_symlinks = bool(follow_symlinks)
         # set by store.plan at setup, read by the loaders: split -> TensorStore (the
         # batch-level path), and that path's augmentation, run per batch on the device
         self.stores: dict = {}
@@ -167,33 +113,17 @@ class ImageDataModule(L.LightningDataModule):
         self.test_set: Dataset | None = None
         self.class_names: list[str] = []
 
-    def prepare_data(self) -> None:
-        if self.dataset == "digits":
-            sources.export_digits(self.root)
-        elif self.dataset in sources.TORCHVISION and self.download:
-            sources.torchvision_sets(self.dataset, self.root, True, None)
+    # -- what a source says ---------------------------------------------------------------
 
-    def _build(self, transform: Callable | None) -> tuple[Dataset, Dataset | None]:
-        if callable(self.dataset):
-            return self.dataset(transform=transform, target_transform=self.target_transform)
-        if self.dataset in sources.TORCHVISION:
-            return sources.torchvision_sets(
-                self.dataset, self.root, self.download, transform, self.target_transform
-            )
-        folder = (None, None) if self.dataset == "digits" else (self.csv_file, self.image_dir)
-        return sources.image_folder_sets(
-            *folder,
-            root=self.root,
-            test_csv_file=self.test_csv_file,
-            image_mode=self.image_mode,
-            image_size=self.image_size,
-            cache=self.cache,
-            transform=transform,
-            target_transform=self.target_transform,
-            cache_samples=self.cache_samples(transform),
-            cache_max_mb=self.cache_max_mb,
-            follow_symlinks=self.follow_symlinks,
-        )
+    def sets(self, transform: Callable | None) -> tuple[Dataset, Dataset | None]:
+        """``(train, test or None)`` Datasets with ``transform``; without a test set of
+        its own, test is carved out of train (``test_fraction``)."""
+        raise NotImplementedError
+
+    def fixed(self, dataset: Dataset) -> bool:
+        """Whether ``dataset``'s samples are the same at every read, so ``tensor_store=auto``
+        may stack them (a built-in source, or an in-memory ``TensorDataset``)."""
+        return True
 
     def cache_samples(self, transform: Callable | None) -> bool:
         """Whether samples made with ``transform`` may be kept once made (the loader and
@@ -203,14 +133,16 @@ class ImageDataModule(L.LightningDataModule):
             return is_deterministic(transform) and is_deterministic(self.target_transform)
         return bool(self.cache_transformed)
 
+    # -- the composition ------------------------------------------------------------------
+
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:  # training sets up early to hand shapes to the model
             return
         train_transform = self.train_transform
         if self.augment is not None:  # random augmentation of training samples only
             train_transform = compose(self.augment, self.train_transform)
-        full_train, own_test = self._build(train_transform)
-        full_eval, own_test_eval = self._build(self.eval_transform)
+        full_train, own_test = self.sets(train_transform)
+        full_eval, own_test_eval = self.sets(self.eval_transform)
         targets = getattr(full_train, "targets", None)
         if self.split == "stratified" and targets is None:
             log.info("data.split=stratified: the dataset has no .targets; splitting at random")
@@ -231,10 +163,15 @@ class ImageDataModule(L.LightningDataModule):
         self.class_names = sources.class_names(full_train)
         for name in ("train", "val", "test"):
             warn_absent_classes(name, getattr(self, f"{name}_set"), self.class_names)
-        self.stores, self.augment_batch = store.plan(self, full_eval, train_idx)
+        eligible = self.tensor_store is True or (
+            self.tensor_store == "auto"
+            and (isinstance(full_eval, TensorDataset) or self.fixed(full_eval))
+            and self.cache_samples(self.eval_transform)
+        )
+        self.stores, self.augment_batch = store.plan(self, full_eval, train_idx, eligible)
         log.info(
             "data %s: %d train / %d val / %d test samples, %d classes, input %s",
-            self.dataset if isinstance(self.dataset, str) else "custom",
+            type(self).__name__,
             len(self.train_set),
             len(self.val_set),
             len(self.test_set),
@@ -273,8 +210,6 @@ class ImageDataModule(L.LightningDataModule):
         (recorded in ``stats_file``, so resume, eval and predict read them back)."""
         if self.mean != "auto" or self.stats_file is None:
             return
-        from experiments.runs.files import write_json
-
         self.stats = (list(mean), list(std))
         write_json(self.stats_file, {"mean": mean, "std": std, "computed_from": "weights"})
         log.info("data.mean/std=auto: the pretrained weights' statistics %s / %s", mean, std)
@@ -286,8 +221,7 @@ class ImageDataModule(L.LightningDataModule):
     @property
     def input_shape(self) -> tuple[int, ...]:
         """Shape of one transformed eval sample, e.g. ``(C, H, W)``."""
-        sample = self.val_set[0][0]
-        return tuple(sample.shape)
+        return tuple(self.val_set[0][0].shape)
 
     def train_dataloader(self) -> DataLoader:
         return loader(self, "train")
@@ -297,3 +231,168 @@ class ImageDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return loader(self, "test")
+
+
+# -- the sources --------------------------------------------------------------------------
+
+
+@_config
+class TorchvisionData(ImageData):
+    """A torchvision set by name, in torchvision's on-disk layout under ``root``.
+
+    Args:
+        dataset: ``mnist``, ``fashion_mnist`` or ``cifar10``.
+        root: the folder torchvision reads (and downloads into).
+        download: let torchvision download missing files (needs network).
+    """
+
+    dataset: Literal["mnist", "fashion_mnist", "cifar10"]
+    root: str = "data"
+    download: bool = False
+
+    def prepare_data(self) -> None:
+        if self.download:
+            sources.torchvision_sets(self.dataset, self.root, True, None)
+
+    def sets(self, transform: Callable | None) -> tuple[Dataset, Dataset | None]:
+        return sources.torchvision_sets(
+            self.dataset, self.root, self.download, transform, self.target_transform
+        )
+
+
+@_config
+class CsvData(ImageData):
+    """Your own images: a CSV index (``filename,label``) of a folder, decoded lazily.
+
+    Args:
+        csv_file: the CSV index.
+        image_dir: the folder the CSV's file names are relative to.
+        test_csv_file: a separate test CSV (same folder); None: test is carved out.
+        image_mode: ``L`` or ``RGB``; None: the first image's.
+        image_size: ``[height, width]`` every image is resized to; None: the first image's
+            size (so a folder of mixed sizes still batches).
+        cache: keep decoded images in memory after their first use.
+        follow_symlinks: read files through symlinks that resolve outside ``image_dir``
+            (refused by default, naming the CSV row; file names that are absolute or climb
+            out with ``..`` are always refused).
+        dataset: the source's name, as run folders record it.
+    """
+
+    csv_file: str
+    image_dir: str
+    test_csv_file: str | None = None
+    image_mode: Literal["L", "RGB"] | None = None
+    image_size: (
+        Annotated[
+            Sequence[Annotated[int, Ge(1), Le(4096)]],
+            Length(2),
+            Why("each image is resized to it in memory (4096x4096 RGB is 200 MB as float32)"),
+        ]
+        | None
+    ) = None
+    cache: bool = False
+    follow_symlinks: bool = False
+    dataset: Literal["image_csv"] = "image_csv"
+
+    def sets(self, transform: Callable | None) -> tuple[Dataset, Dataset | None]:
+        mode, size = self.image_mode, self.image_size
+        if mode is None or size is None:  # the first image's
+            first = sources.first_image(self.csv_file, self.image_dir, self.follow_symlinks)
+            mode, size = mode or first[0], size or first[1]
+        return sources.csv_sets(
+            self.csv_file,
+            self.image_dir,
+            self.test_csv_file,
+            mode,
+            tuple(size),
+            cache=self.cache,
+            transform=transform,
+            target_transform=self.target_transform,
+            cache_samples=self.cache_samples(transform),
+            cache_max_mb=self.cache_max_mb,
+            follow_symlinks=self.follow_symlinks,
+        )
+
+
+@_config
+class DatasetData(ImageData):
+    """A Dataset of your own, from a function in a package you trust.
+
+    Args:
+        dataset: ``(transform, target_transform) -> (train, test or None)`` (a
+            ``_partial_`` in config; its own arguments are its config). The Dataset needs
+            ``.classes`` or ``.targets`` for the class count.
+    """
+
+    dataset: Callable
+
+    def sets(self, transform: Callable | None) -> tuple[Dataset, Dataset | None]:
+        return self.dataset(transform=transform, target_transform=self.target_transform)
+
+    def fixed(self, dataset: Dataset) -> bool:
+        return False  # it may compute its samples afresh at each read: tensor_store=true
+
+
+@_config
+class DigitsData(DatasetData):
+    """scikit-learn's 1797 8x8 digits, exported once under ``root`` as PNGs and a CSV and
+    read as an image folder; or, given ``dataset``, a Dataset of your own in their place
+    (``data.dataset={_target_: ..., _partial_: true}``: the digits' transforms and loader
+    keys then serve it).
+
+    Args:
+        root: where the digits are exported.
+        cache: keep decoded images in memory after their first use.
+        dataset: as for ``DatasetData``; None: the digits.
+    """
+
+    dataset: Callable | None = None
+    root: str = "data/digits"
+    cache: bool = True
+
+    def prepare_data(self) -> None:
+        if self.dataset is None:
+            export_digits(self.root)
+
+    def sets(self, transform: Callable | None) -> tuple[Dataset, Dataset | None]:
+        if self.dataset is not None:
+            return super().sets(transform)
+        folder = export_digits(self.root)
+        return sources.csv_sets(
+            str(folder / "labels.csv"),
+            str(folder / "images"),
+            image_mode="L",
+            cache=self.cache,
+            transform=transform,
+            target_transform=self.target_transform,
+            cache_samples=self.cache_samples(transform),
+            cache_max_mb=self.cache_max_mb,
+        )
+
+    def fixed(self, dataset: Dataset) -> bool:
+        return self.dataset is None
+
+
+SOURCES = {"digits": DigitsData, "image_csv": CsvData}
+SOURCES.update(dict.fromkeys(sources.TORCHVISION, TorchvisionData))
+
+
+def ImageDataModule(dataset: str | Callable = "digits", **keys) -> ImageData:  # noqa: N802
+    """A run folder saved before the sources had classes of their own names this one flat
+    class with every source's keys (its ``dataset`` said which source); this builds that
+    source's class from the keys it takes. The others were ignored by the flat class too.
+
+    Raises:
+        UserError: an unknown source, or a key no source takes.
+    """
+    cls = DigitsData if callable(dataset) else SOURCES.get(dataset)
+    if cls is None:
+        raise UserError(f"data.dataset={dataset!r} is not valid: expected one of {list(SOURCES)}")
+    known = {f.name for c in {DatasetData, *SOURCES.values()} for f in fields(c)}
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise UserError(f"data.{unknown[0]}: experiments.data.ImageDataModule has no such key")
+    if dataset != "digits":
+        keys["dataset"] = dataset
+    takes = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in keys.items() if k in takes})

@@ -12,12 +12,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
 from experiments.data.csv_index import MAX_CLASSES, checked_names, encode_labels, read_index
 from experiments.data.images import decode, peek_image
 from experiments.errors import UserError
+from experiments.runs.files import write_problem
 
 log = logging.getLogger(__name__)
 
@@ -229,9 +232,6 @@ class CsvImageDataset(Dataset):
     def decoded_array(self, indices: Sequence[int]):
         """Images ``indices`` decoded (not transformed) as one ``(N, C, H, W)`` tensor of
         their pixel type, or None when their sizes differ: one pass to stack a split."""
-        import numpy as np
-        import torch
-
         arrays = [np.asarray(self.load_image(i)) for i in indices]
         if not arrays or any(a.shape != arrays[0].shape for a in arrays):
             return None
@@ -282,8 +282,6 @@ def export_digits(root: str | os.PathLike) -> Path:
     try:
         return _export_digits(root)
     except OSError as err:
-        from experiments.runs.files import write_problem
-
         raise UserError(
             f"cannot export the bundled digits to {root} ({write_problem(err)}); set "
             f"paths.data_dir=<a folder you can write>"
@@ -291,7 +289,8 @@ def export_digits(root: str | os.PathLike) -> Path:
 
 
 def _export_digits(root: Path) -> Path:
-    from sklearn.datasets import load_digits  # ships the data inside the package
+    # lazy: scikit-learn (~1 s) only for the first export; it ships the data in the package
+    from sklearn.datasets import load_digits
 
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))

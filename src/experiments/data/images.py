@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import warnings
 
+import numpy as np
 from PIL import Image
 
 from experiments.errors import UserError, one_line
@@ -23,8 +24,6 @@ def _open(f) -> Image.Image:
 def _eight_bit(im: Image.Image) -> Image.Image:
     """16-bit and float grayscale as 8-bit ``L``, scaled (``convert`` would clip: a 16-bit
     image of 0..65535 became all but white)."""
-    import numpy as np
-
     if not (im.mode.startswith("I;16") or im.mode in ("I", "F")):
         return im
     pixels = np.asarray(im)

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from experiments.compat.lightning import batches_processed, epochs_processed
+from experiments.data import store
 from experiments.data.samplers import ClassBalancedSampler, EpochShuffleSampler
 
 log = logging.getLogger(__name__)
@@ -220,8 +221,6 @@ def loader(dm, split: str) -> DataLoader | StoreLoader:
     """The loader of ``dm``'s ``split`` (train, val, test): a ``StoreLoader`` over its
     TensorStore when it has one (on the model's device when ``data.device_resident``
     allows), else a DataLoader reading sample by sample through the dataset."""
-    from experiments.data import store
-
     options: dict[str, Any] = {
         "batch_size": dm.batch_size,
         "num_workers": dm.num_workers,

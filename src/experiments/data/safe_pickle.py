@@ -12,6 +12,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from experiments.errors import UserError, one_line
 
 # what a pickled numpy array (and Python 2's bytes) needs, and nothing else
@@ -68,8 +70,6 @@ def load(path: str | os.PathLike, encoding: str = "latin1") -> Any:
 
 
 def _no_object_arrays(obj: Any, where) -> None:
-    import numpy as np
-
     stack = [obj]
     while stack:
         item = stack.pop()

@@ -1,18 +1,18 @@
-"""Where the bundled datasets come from: each function returns ``(train, test)``
+"""Where the built-in sources' Datasets come from: each function returns ``(train, test)``
 Datasets (``test`` may be None: the DataModule then carves it out of ``train``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
+import numpy as np
 from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 
 from experiments.data import safe_pickle
 from experiments.data.csv_index import MAX_CLASSES
-from experiments.data.datasets import CsvImageDataset, export_digits, peek_image
+from experiments.data.datasets import CsvImageDataset, peek_image
 from experiments.errors import UserError
 
 
@@ -31,10 +31,9 @@ class SafeCIFAR10(tvd.CIFAR10):
         target_transform: Callable | None = None,
         download: bool = False,
     ) -> None:
-        import numpy as np
-        from torchvision.datasets import VisionDataset
-
-        VisionDataset.__init__(self, root, transform=transform, target_transform=target_transform)
+        tvd.VisionDataset.__init__(
+            self, root, transform=transform, target_transform=target_transform
+        )
         self.train = train
         if download:
             self.download()
@@ -62,8 +61,6 @@ class SafeCIFAR10(tvd.CIFAR10):
 
 # MNIST-style sets read raw idx arrays; CIFAR-10's pickles are read as data (SafeCIFAR10)
 TORCHVISION = {"mnist": tvd.MNIST, "fashion_mnist": tvd.FashionMNIST, "cifar10": SafeCIFAR10}
-# data.dataset's choices: the bundled digits, a CSV-indexed folder, and TORCHVISION's sets
-DatasetName = Literal["digits", "image_csv", "mnist", "fashion_mnist", "cifar10"]
 
 
 def torchvision_sets(
@@ -92,52 +89,19 @@ def torchvision_sets(
         ) from None
 
 
-def image_folder_sets(
-    csv_file: str | None,
-    image_dir: str | None,
-    root: str,
-    test_csv_file: str | None,
-    image_mode: str | None,
-    image_size: tuple[int, int] | None,
-    cache: bool,
-    transform: Callable | None,
-    target_transform: Callable | None,
-    cache_samples: bool,
-    cache_max_mb: float,
-    follow_symlinks: bool = False,
-) -> tuple[Dataset, Dataset | None]:
-    """A CSV-indexed folder (``csv_file`` + ``image_dir``), or the bundled digits exported
-    under ``root`` when both are None. Mode and size default to the first image's."""
-    if csv_file is None:
-        csv_file, image_dir = digits_root(root)
-        image_mode = "L"
-    elif image_mode is None or image_size is None:
-        probe = CsvImageDataset(
-            csv_file, image_dir, check_files=False, follow_symlinks=follow_symlinks
-        )
-        first_mode, first_size = peek_image(probe.path(0))
-        image_mode, image_size = image_mode or first_mode, image_size or first_size
-    return csv_sets(
-        csv_file,
-        image_dir,
-        test_csv_file,
-        image_mode,
-        image_size,
-        cache,
-        transform,
-        target_transform,
-        cache_samples=cache_samples,
-        cache_max_mb=cache_max_mb,
-        follow_symlinks=follow_symlinks,
-    )
+def first_image(csv_file: str, image_dir: str, follow_symlinks: bool) -> tuple[str, tuple]:
+    """Mode (``L`` or ``RGB``) and ``(height, width)`` of the first image a CSV lists."""
+    probe = CsvImageDataset(csv_file, image_dir, check_files=False, follow_symlinks=follow_symlinks)
+    return peek_image(probe.path(0))
 
 
 def csv_sets(
     csv_file: str,
     image_dir: str,
-    test_csv_file: str | None,
-    image_mode: str,
-    image_size: tuple[int, int] | None,
+    test_csv_file: str | None = None,
+    image_mode: str = "L",
+    image_size: tuple[int, int] | None = None,
+    *,
     cache: bool,
     transform: Callable | None,
     target_transform: Callable | None,
@@ -162,12 +126,6 @@ def csv_sets(
     if test_csv_file:
         test = CsvImageDataset(test_csv_file, classes=train.classes, **common)
     return train, test
-
-
-def digits_root(root: str) -> tuple[str, str]:
-    """Export the bundled digits under ``root`` if needed; returns ``(csv_file, image_dir)``."""
-    folder = export_digits(root)
-    return str(folder / "labels.csv"), str(folder / "images")
 
 
 def class_names(dataset) -> list[str]:

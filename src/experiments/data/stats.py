@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from experiments.errors import UserError, one_line
+from experiments.runs.files import read_json_object, write_json
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,6 @@ def resolve_stats(
         mean, std = channel_stats(train_split)
         log.info("data statistics of the training split: mean %s, std %s", mean, std)
         if path is not None:
-            from experiments.runs.files import write_json
-
             write_json(path, {"mean": mean, "std": std, "computed_from": "train split"})
         return mean, std
     mean, std = [float(v) for v in mean], [float(v) for v in std]
@@ -84,8 +83,6 @@ def read_stats(path: Path) -> tuple[list[float], list[float]]:
         UserError: one line naming the file, the problem and the way out (deleting it makes
             a run compute the statistics again from its training split).
     """
-    from experiments.runs.files import read_json_object
-
     fix = "delete it to compute them again from the training split"
     try:
         saved = read_json_object(path, missing=None)

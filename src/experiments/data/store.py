@@ -3,7 +3,7 @@ one tensor, and its batches are cut from it with no per-sample Python and no col
 (``experiments.data.loaders.StoreLoader``: one gather per chunk of batches, then views).
 Random augmentation that works on a whole batch (shifts = crop with padding, horizontal
 flips) then runs on the batch, on the model's device
-(``ImageDataModule.on_after_batch_transfer``).
+(``ImageData.on_after_batch_transfer``).
 
 The order of samples stays the sampler's (seeded per epoch, exact mid-epoch resume, DDP
 shards), and the augmentation draws from torch's global generator on the device, whose
@@ -16,7 +16,10 @@ import logging
 from collections.abc import Callable
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
+from torchvision import tv_tensors
+
+from experiments.data.transforms import RandomShift
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +81,6 @@ def _raw(split: Dataset):
     """``(uint8 images (N, C, H, W), targets, transform)`` of the samples of ``split`` before
     their transform, or None when its dataset offers no such array: a torchvision-style
     set (``.data``, ``.targets``) or one with ``decoded_array`` (CsvImageDataset)."""
-    from torch.utils.data import Subset
-
     base, index = (split.dataset, split.indices) if isinstance(split, Subset) else (split, None)
     targets = getattr(base, "targets", None)
     if targets is None or getattr(base, "target_transform", None) is not None:
@@ -109,8 +110,6 @@ def _whole(split: Dataset, shape: torch.Size, chunk: int = 4096):
     images at once (``_raw``), instead of one image at a time (MNIST's 70k: ~0.3 s instead
     of ~8 s). None when there is no raw array, or when a spot check finds any sample that
     differs from what indexing the split gives (then the caller goes sample by sample)."""
-    from torchvision import tv_tensors
-
     try:
         raw = _raw(split)
         if raw is None:
@@ -137,8 +136,6 @@ def _whole(split: Dataset, shape: torch.Size, chunk: int = 4096):
 def batch_augmenter(augment) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The whole-batch form of ``augment`` (None, RandomShift, RandomHorizontalFlip or a
     Compose of them), or None when some part of it has no batch form."""
-    from experiments.data.transforms import RandomShift
-
     parts = [] if augment is None else [augment]
     if type(augment).__name__ == "Compose":
         parts = augment.transforms
@@ -200,28 +197,12 @@ class _Shift:
         return padded[batch, channel, rows, cols]
 
 
-def _eligible(dm, dataset: Dataset) -> bool:
-    """Whether the samples may be read once and kept: ``data.tensor_store=true`` (you vouch
-    for it), or ``auto`` with a built-in source (digits, image folders, torchvision sets)
-    whose eval transform is deterministic, or an in-memory ``TensorDataset``. Any other
-    Dataset of your own may compute its samples afresh each time, so ``auto`` leaves it."""
-    from torch.utils.data import TensorDataset
-
-    if dm.tensor_store is True or dm.tensor_store is False:
-        return dm.tensor_store
-    if isinstance(dataset, TensorDataset):
-        return True
-    return isinstance(dm.dataset, str) and dm.cache_samples(dm.eval_transform)
-
-
-def plan(dm, full_eval: Dataset, train_idx: list[int]):
-    """``({split: TensorStore}, batch augmentation or None)`` for an ImageDataModule whose
-    splits are set up: a split gets a store when its samples may be kept (``_eligible``)
-    and, for train, when its augmentation has a batch form and its transform equals the
-    eval one."""
-    from torch.utils.data import Subset
-
-    if not _eligible(dm, full_eval):
+def plan(dm, full_eval: Dataset, train_idx: list[int], eligible: bool):
+    """``({split: TensorStore}, batch augmentation or None)`` for a data module whose
+    splits are set up: a split gets a store when its samples may be kept (``eligible``: the
+    module's ``data.tensor_store`` rule) and, for train, when its augmentation has a batch
+    form and its transform equals the eval one."""
+    if not eligible:
         return {}, None
     stores = {
         "val": stack(dm.val_set, dm.cache_max_mb, "val"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torchvision.transforms import v2
 
 
 class OneHot:
@@ -64,15 +65,11 @@ def is_deterministic(transform) -> bool:
 
 def compose(*transforms: Callable | None) -> Callable:
     """One transform of the given ones in order (None skipped)."""
-    from torchvision.transforms import v2
-
     return v2.Compose([t for t in transforms if t is not None])
 
 
 def batch_mixer(mixup_alpha: float, cutmix_alpha: float, num_classes: int) -> Callable:
     """MixUp and/or CutMix of a whole batch (torchvision's), one of them per batch."""
-    from torchvision.transforms import v2
-
     mixers = []
     if mixup_alpha > 0:
         mixers.append(v2.MixUp(alpha=mixup_alpha, num_classes=num_classes))
@@ -95,8 +92,6 @@ class RandomShift:
         self.padding_mode = padding_mode
 
     def __call__(self, image):
-        from torchvision.transforms import v2
-
         height, width = v2.functional.get_size(image)
         crop = v2.RandomCrop((height, width), padding=self.padding, padding_mode=self.padding_mode)
         return crop(image)
