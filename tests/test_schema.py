@@ -25,7 +25,7 @@ from tests.conftest import REPO, run_cli
             "data.val_fraction=1.5",
             "val_fraction=1.5 is not valid: expected float >= 0 and < 1",
         ),
-        ("data.dataset=cifar100", "dataset='cifar100' is not valid: expected a mapping with _target_"),
+        ("data.dataset=cifar100", "dataset='cifar100' is not valid: expected a mapping with"),
         (
             "data.sampler=uniform",
             "sampler='uniform' is not valid: expected shuffle or balanced",
