@@ -185,3 +185,19 @@ def test_misspelled_keys_and_a_gpu_that_is_not_there(tmp_path, data_dir, args, n
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.returncode == 2 and lines[-1].startswith("error: "), res.stderr[-2000:]
     assert named in lines[-1] and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("command", ["eval", "predict", "calibrate", "export", "verify", "compare"])
+def test_every_command_takes_its_folder_positionally_or_as_run_dir(tmp_path, command):
+    """One grammar (cli.parse): the folder as the first word or as run_dir=, the same error
+    either way; an option of another command is refused by name."""
+    missing = tmp_path / "no-such-run"
+    extra = ["input=x"] if command == "predict" else []
+    errors = []
+    for given in (str(missing), f"run_dir={missing}"):
+        res = run_inproc("-m", f"experiments.{command}", given, *extra, cwd=tmp_path)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        errors.append(res.stderr)
+    assert errors[0] == errors[1] and str(missing) in errors[0]
+    res = run_inproc("-m", f"experiments.{command}", "--help", cwd=tmp_path)
+    assert res.returncode == 0 and f"python -m experiments.{command} [run_dir=]<" in res.stdout
