@@ -134,15 +134,15 @@ def test_torchvision_sets_are_stacked_whole_and_equal_sample_by_sample(tmp_path,
     (the fast path); every sample equals what indexing the split gives."""
     from torchvision.transforms import v2
 
-    from experiments.data import ImageDataModule
+    from experiments.data import TorchvisionData
     from tests.test_datasets import write_cifar10, write_mnist
 
     write_cifar10(tmp_path, per_batch=40) if name == "cifar10" else write_mnist(tmp_path)
     transform = v2.Compose(
         [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.4], [0.3])]
     )
-    dm = ImageDataModule(
-        name, root=str(tmp_path), eval_transform=transform, train_transform=transform
+    dm = TorchvisionData(
+        dataset=name, root=str(tmp_path), eval_transform=transform, train_transform=transform
     )
     dm.setup()
     for split in ("train", "val", "test"):
@@ -160,7 +160,7 @@ def test_torchvision_sets_are_stacked_whole_and_equal_sample_by_sample(tmp_path,
 def test_a_transform_the_whole_array_cannot_take_falls_back_sample_by_sample(tmp_path):
     from torchvision.transforms import v2
 
-    from experiments.data import ImageDataModule
+    from experiments.data import TorchvisionData
     from tests.test_datasets import write_mnist
 
     write_mnist(tmp_path)
@@ -168,8 +168,8 @@ def test_a_transform_the_whole_array_cannot_take_falls_back_sample_by_sample(tmp
     to_tensor = v2.Compose(
         [v2.Lambda(lambda im: im.convert("L")), v2.ToImage(), v2.ToDtype(torch.float32)]
     )
-    dm = ImageDataModule(
-        "mnist",
+    dm = TorchvisionData(
+        dataset="mnist",
         root=str(tmp_path),
         eval_transform=to_tensor,
         train_transform=to_tensor,

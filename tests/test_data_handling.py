@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
-from experiments.data import ImageDataModule
+from experiments.data import CsvData
 from experiments.data.splits import split_indices
 from experiments.data.transforms import RandomShift
 from tests.helpers import run_inproc, write_image_folder
@@ -35,12 +35,12 @@ def test_stratified_split_keeps_every_class_in_every_split_and_is_seeded():
     assert split_indices(215, 0.1, 0.1, seed=7) == (order[44:], order[22:44], order[:22])
 
 
-def _folder_module(tmp_path, **kwargs) -> ImageDataModule:
+def _folder_module(tmp_path, **kwargs) -> CsvData:
     classes = ("common",) * 16 + ("rare",)  # 1 rare image in 17
     csv_file, image_dir = write_image_folder(tmp_path, n=170, classes=classes, size=(12, 10))
-    return ImageDataModule(dataset="image_csv", csv_file=str(csv_file), image_dir=str(image_dir),
-                           val_fraction=0.1, test_fraction=0.1, train_transform=_to_tensor(),
-                           eval_transform=_to_tensor(), **kwargs)  # fmt: skip
+    return CsvData(csv_file=str(csv_file), image_dir=str(image_dir),
+                   val_fraction=0.1, test_fraction=0.1, train_transform=_to_tensor(),
+                   eval_transform=_to_tensor(), **kwargs)  # fmt: skip
 
 
 def test_a_rare_class_is_in_every_split_of_a_folder(tmp_path):
@@ -73,9 +73,9 @@ def test_statistics_are_computed_once_and_reused_by_eval_and_predict(tmp_path, m
     assert res.returncode == 0, res.stderr[-2000:]
     saved = json.loads((run / "data_stats.json").read_text())
     # the statistics of the training split the run used
-    dm = ImageDataModule(dataset="image_csv", csv_file=str(csv_file), image_dir=str(image_dir),
-                         split="stratified", val_fraction=0.1, test_fraction=0.1,
-                         train_transform=_to_tensor(), eval_transform=_to_tensor())  # fmt: skip
+    dm = CsvData(csv_file=str(csv_file), image_dir=str(image_dir),
+                 split="stratified", val_fraction=0.1, test_fraction=0.1,
+                 train_transform=_to_tensor(), eval_transform=_to_tensor())  # fmt: skip
     dm.setup("fit")
     pixels = torch.stack([dm.train_set[i][0] for i in range(len(dm.train_set))])  # (N, 3, H, W)
     assert saved["mean"] == pytest.approx(pixels.mean(dim=(0, 2, 3)).tolist(), abs=1e-5)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torchvision.transforms import v2
 
-from experiments.data import CsvImageDataset, ImageDataModule, OneHot, export_digits
+from experiments.data import CsvData, CsvImageDataset, OneHot, TorchvisionData, export_digits
 from experiments.errors import UserError
 from tests.conftest import write_image_folder
 
@@ -64,8 +64,7 @@ def test_unseen_test_label_is_an_error(tmp_path):
     csv_file, image_dir = write_image_folder(tmp_path, n=6)
     test_csv = tmp_path / "test.csv"
     test_csv.write_text("filename,label\nimg_000.png,cat\nimg_001.png,horse\n")
-    dm = ImageDataModule(
-        "image_csv",
+    dm = CsvData(
         csv_file=str(csv_file),
         image_dir=str(image_dir),
         test_csv_file=str(test_csv),
@@ -186,8 +185,12 @@ def test_torchvision_sets_from_disk(tmp_path, name, folder, shape):
     else:
         write_mnist(tmp_path, folder)
         n_train, n_test = 60, 20
-    dm = ImageDataModule(
-        name, root=str(tmp_path), eval_transform=TO_TENSOR, train_transform=TO_TENSOR, batch_size=8
+    dm = TorchvisionData(
+        dataset=name,
+        root=str(tmp_path),
+        eval_transform=TO_TENSOR,
+        train_transform=TO_TENSOR,
+        batch_size=8,
     )
     dm.prepare_data()
     dm.setup()
@@ -199,7 +202,7 @@ def test_torchvision_sets_from_disk(tmp_path, name, folder, shape):
 
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "cifar10"])
 def test_torchvision_missing_files_say_where(tmp_path, name):
-    dm = ImageDataModule(name, root=str(tmp_path), download=False)
+    dm = TorchvisionData(dataset=name, root=str(tmp_path), download=False)
     with pytest.raises(UserError, match=f"{name} not found: looked in {tmp_path}.*download=true"):
         dm.setup()
 
@@ -208,8 +211,7 @@ def test_splits_are_seeded_and_disjoint(tmp_path):
     csv_file, image_dir = write_image_folder(tmp_path, n=40)
 
     def split(seed):
-        dm = ImageDataModule(
-            "image_csv",
+        dm = CsvData(
             csv_file=str(csv_file),
             image_dir=str(image_dir),
             eval_transform=TO_TENSOR,
@@ -262,8 +264,7 @@ def test_only_deterministic_transforms_count_as_cacheable():
 def test_datamodule_caches_only_deterministic_splits(tmp_path, setting, train_cached, eval_cached):
     csv_file, image_dir = write_image_folder(tmp_path, n=20)
     flip = v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32)])
-    dm = ImageDataModule(
-        "image_csv",
+    dm = CsvData(
         csv_file=str(csv_file),
         image_dir=str(image_dir),
         train_transform=flip,
@@ -283,3 +284,55 @@ def test_bad_cache_setting_names_the_key(make_cfg):
     expected = "data.cache_transformed='yes' is not valid: expected auto, true or false"
     with pytest.raises(UserError, match=expected):
         schema.check(make_cfg("data.cache_transformed=yes"))
+
+
+@pytest.mark.parametrize(
+    ("option", "key", "target"),
+    [
+        ("digits", "+data.csv_file=x.csv", "DigitsData"),
+        ("mnist", "+data.cache=true", "TorchvisionData"),
+        ("image_csv", "+data.download=true", "CsvData"),
+        ("cifar10", "+data.follow_symlinks=true", "TorchvisionData"),
+    ],
+)
+def test_a_key_the_chosen_source_does_not_take_is_an_unknown_key(make_cfg, option, key, target):
+    # one class held every source's keys, so data=digits took data.csv_file and ignored it
+    from experiments.config import schema
+
+    name = key.lstrip("+").split("=")[0]
+    own = ["data.csv_file=a.csv", "data.image_dir=."] if option == "image_csv" else []
+    cfg = make_cfg(f"data={option}", key, *own)
+    with pytest.raises(UserError, match=f"^{name}: experiments.data.{target} has no argument"):
+        schema.check(cfg)
+
+
+def test_a_run_saved_with_the_flat_class_builds_its_source_class(tmp_path):
+    # run folders before the split name experiments.data.ImageDataModule with every key
+    from experiments.data import DigitsData, ImageDataModule
+
+    csv_file, image_dir = write_image_folder(tmp_path, n=6)
+    old = dict(root=str(tmp_path), download=False, cache=True, batch_size=8, split="random")
+    dm = ImageDataModule("mnist", **old)
+    assert type(dm) is TorchvisionData and dm.dataset == "mnist" and dm.batch_size == 8
+    dm = ImageDataModule("image_csv", csv_file=str(csv_file), image_dir=str(image_dir), **old)
+    assert type(dm) is CsvData and dm.cache is True and not hasattr(dm, "download")
+    dm = ImageDataModule("digits", **old)
+    assert type(dm) is DigitsData and dm.root == str(tmp_path) and dm.dataset is None
+    with pytest.raises(UserError, match="data.bogus: experiments.data.ImageDataModule has no"):
+        ImageDataModule("digits", bogus=1)
+    with pytest.raises(UserError, match="data.dataset='cifar100' is not valid"):
+        ImageDataModule("cifar100")
+
+
+def test_the_data_options_share_one_base():
+    from experiments.config import CONF_DIR
+
+    folder = Path(CONF_DIR) / "data"
+    options = sorted(p for p in folder.glob("*.yaml") if not p.name.startswith("_"))
+    assert options
+    for path in options:
+        text = path.read_text()
+        assert "_image" in text or "_torchvision" in text, path
+        assert "batch_size" not in text, path  # a shared key lives in the base only
+    for name in ("mnist", "fashion_mnist", "cifar10"):
+        assert len((folder / f"{name}.yaml").read_text().splitlines()) <= 10

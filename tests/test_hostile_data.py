@@ -19,7 +19,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from experiments.data import CsvImageDataset, ImageDataModule
+from experiments.data import CsvData, CsvImageDataset
 from experiments.data.csv_index import MAX_CLASSES
 from experiments.data.images import peek_image
 from experiments.errors import UserError
@@ -109,8 +109,7 @@ def test_symlinks_outside_are_refused_unless_follow_symlinks(tmp_path):
         ):
             CsvImageDataset(csv_file, image_dir)
     # the documented key allows them, through the DataModule as configured
-    dm = ImageDataModule(
-        "image_csv",
+    dm = CsvData(
         csv_file=str(csv_file),
         image_dir=str(image_dir),
         eval_transform=TO_TENSOR,
@@ -178,8 +177,7 @@ def test_16_bit_images_are_scaled_to_8_bits_never_clipped(tmp_path):
     assert np.asarray(ds.load_image(0))[0, :3].tolist() == [0, 100, 255]
     assert peek_image(image_dir / "w0.png") == ("L", (8, 8))
     # the training statistics of such a folder (they were 0.999: everything white)
-    dm = ImageDataModule(
-        "image_csv",
+    dm = CsvData(
         csv_file=str(csv_file),
         image_dir=str(image_dir),
         train_transform=TO_TENSOR,
@@ -322,8 +320,7 @@ def test_a_corrupt_statistics_file_is_one_line_naming_it(tmp_path, content, said
     csv_file, image_dir = _folder(tmp_path, n=10)
     stats = tmp_path / "data_stats.json"
     stats.write_text(content)
-    dm = ImageDataModule(
-        "image_csv",
+    dm = CsvData(
         csv_file=str(csv_file),
         image_dir=str(image_dir),
         eval_transform=TO_TENSOR,

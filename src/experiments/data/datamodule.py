@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Annotated, Literal
 
 import lightning as L
@@ -357,7 +358,13 @@ class DigitsData(DatasetData):
     def sets(self, transform: Callable | None) -> tuple[Dataset, Dataset | None]:
         if self.dataset is not None:
             return super().sets(transform)
-        folder = export_digits(self.root)
+        folder = Path(self.root)  # read only: prepare_data exports (a saved run never does)
+        if not (folder / "labels.csv").is_file():
+            raise UserError(
+                f"data.root={folder}: the run's digits are not there (no labels.csv; training "
+                f"exports them); give the folder that holds them, e.g. "
+                f"paths.data_dir=<folder with digits/>"
+            )
         return sources.csv_sets(
             str(folder / "labels.csv"),
             str(folder / "images"),
