@@ -117,14 +117,14 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     probe = [p for p in probe if p is not None]
     composer = Composer(conf_dir, config_name)
     try:
-        full = compose_or_fail(composer, probe)
+        full = compose_or_fail(composer, probe, conf_dir)
     except UserError:
         if not any(p.startswith("resume=") for p in probe):
             raise
         # a key the resumed run added (+key=...) exists only with the run's own overrides:
         # find the run first, then check everything composed with them (below)
         where = ("resume=", "paths.", "task_name=")
-        full = compose_or_fail(composer, [p for p in probe if p.startswith(where)])
+        full = compose_or_fail(composer, [p for p in probe if p.startswith(where)], conf_dir)
     cfg = task_view(full)
     resume = resume_target(cfg, multirun)
     if resume:
@@ -136,7 +136,7 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         check_resumed(argv)
         check_args(argv, "in the resumed run's overrides")  # read from a file we were handed
         overrides = [a for a in argv if a not in flags]
-        full = compose_or_fail(composer, overrides)
+        full = compose_or_fail(composer, overrides, conf_dir)
         cfg = task_view(full)
     check_option_keys(composer, full, overrides, conf_dir)
     _check_data_dir(cfg)
@@ -230,29 +230,30 @@ def check_sweeper(cfg: DictConfig) -> None:
     target = str(OmegaConf.select(cfg, "hydra.sweeper._target_", default="") or "")
     if not target.startswith("hydra_plugins.experiments_optuna."):
         return
-    try:
-        check_settings(OmegaConf.to_container(cfg.hydra.sweeper, resolve=True))
-    except ValueError as err:
-        raise UserError(str(err)) from None
+    check_settings(OmegaConf.to_container(cfg.hydra.sweeper, resolve=True))
 
 
-def compose_or_fail(composer: Composer, overrides: list[str]) -> DictConfig:
+def compose_or_fail(
+    composer: Composer, overrides: list[str], conf_dir: str | Path = CONF_DIR
+) -> DictConfig:
     """The whole config (``hydra`` node included); a composition error as one line."""
     try:
         return composer.compose(overrides)
     except HydraException as err:
-        message = _hydra_message(err)
-        unknown = re.search(r"Could not override '([^']+)'", str(err))
-        if unknown:
-            key = unknown.group(1)
-            rest = [o for o in overrides if not o.lstrip("+~").startswith(f"{key}=")]
-            try:  # composed once without the offending override, for both hints
-                others = composer.compose(rest)
-                message = _unknown_key(composer, others, key) or (
-                    message + _did_you_mean(others, key)
-                )
-            except Exception:  # another mistake: the first one is reported alone
-                pass
+        text = str(err)
+        missing = re.search(r"Could not find '([^']+)'", text)
+        unknown = re.search(r"Could not override '([^']+)'", text)
+        if missing:
+            group, _, option = missing.group(1).rpartition("/")
+            options = [
+                o for o in re.findall(r"^\t(\S+)$", text, flags=re.M) if not o.startswith("_")
+            ]
+            valid = f"; available: {', '.join(options)}" if options else ""
+            message = f"{group}={option} is not an option of '{group}'{valid}"
+        elif unknown:
+            message = _unknown_key(composer, overrides, unknown.group(1), conf_dir)
+        else:
+            message = one_line(err)
         raise UserError(message) from None
     except Exception as err:  # omegaconf errors during composition
         raise UserError(one_line(err)) from None
@@ -277,13 +278,19 @@ def check_option_keys(
             raise UserError(_belongs(key, *found))
 
 
-def _unknown_key(composer: Composer, others: DictConfig, key: str) -> str | None:
-    """The message for ``data.csv_file=...`` while ``data=digits`` is chosen: the option
-    that has the key, not ``+data.csv_file=`` (which would add a key the option ignores).
-    ``others``: the config composed without that override."""
-    found = _owners(composer, others, _conf_dir(composer), key)
-    if found is None:
-        return None
+def _unknown_key(composer: Composer, overrides: list[str], key: str, conf_dir: str | Path) -> str:
+    """``unknown key`` with a hint from the config composed without that override: for
+    ``data.csv_file=...`` while ``data=digits`` is chosen, the option that has the key (not
+    ``+data.csv_file=``, which would add a key the option ignores); else the closest key."""
+    message = f"unknown key '{key}' (add a new key with +{key}=...; check the spelling)"
+    rest = [o for o in overrides if not o.lstrip("+~").startswith(f"{key}=")]
+    try:
+        others = composer.compose(rest)
+        found = _owners(composer, others, conf_dir, key)
+        if found is None:
+            return message + _did_you_mean(others, key)
+    except Exception:  # another mistake: the first one is reported alone
+        return message
     group, chosen, ignored, owners = found
     if ignored:
         return _belongs(key, group, chosen, ignored, owners)
@@ -300,25 +307,21 @@ def _belongs(key: str, group: str, chosen: str, ignored: bool, owners: list[str]
     return f"{key} belongs to {named}, not {group}={chosen}, which does not use it: {way}"
 
 
-def _conf_dir(composer: Composer) -> str | None:
-    return str(getattr(composer, "conf_dir", CONF_DIR))
-
-
 def _owners(
-    composer: Composer, full: DictConfig, conf_dir: str | None, key: str
+    composer: Composer, full: DictConfig, conf_dir: str | Path, key: str
 ) -> tuple[str, str, bool, list[str]] | None:
     """For ``group.name...`` that the chosen option of ``group`` lacks: the group, the chosen
     option, whether that option would ignore the key, and the other options that have it;
     None when the key is not in a config group's option or the chosen option has it.
 
     The chosen option ignores a key another option has when (a) there it is an object of its
-    own (``logger.wandb``: a ``_target_`` the chosen option never builds), or (b) the options
-    name themselves in a shared key (``data.dataset: digits`` / ``image_csv``): one
-    constructor reads the keys of the option it is told it is. Otherwise (``trainer.
-    sync_batchnorm``: Lightning's Trainer reads it whatever the option) the key is used.
+    own (``logger.wandb``: a ``_target_`` the chosen option never builds), or (b) the other
+    option builds another class (``data=image_csv``'s ``CsvData``, not ``data=digits``'
+    ``DigitsData``): a key of that class's. Otherwise (``trainer.sync_batchnorm``:
+    Lightning's Trainer reads it whatever the option) the key is used.
     """
     group, _, rest = key.partition(".")
-    if not rest or group == "hydra" or conf_dir is None:
+    if not rest or group == "hydra":
         return None
     folder = Path(conf_dir) / group
     if not folder.is_dir():
@@ -342,16 +345,8 @@ def _owners(
             continue
         owners.append(option)
         own_object = isinstance(other[name], dict) and "_target_" in other[name]
-        ignored = ignored or own_object or _names_itself(node, chosen, other, option)
+        ignored = ignored or own_object or other.get("_target_") != node.get("_target_")
     return (group, chosen, ignored, owners) if owners else None
-
-
-def _names_itself(node: dict, chosen: str, other: dict, option: str) -> bool:
-    """Both options set the same ``_target_`` and tell it which option they are, in one key
-    (``dataset: digits`` / ``dataset: image_csv``)."""
-    if node.get("_target_") != other.get("_target_"):
-        return False  # a different target: its signature decides (config.schema)
-    return any(node[k] == chosen and other.get(k) == option for k in node)
 
 
 def _written_anywhere(conf_dir: Path, name: str) -> bool:
@@ -398,18 +393,3 @@ def _first_value(override) -> str | None:
     except Exception:  # interval(...) and other non-enumerable sweeps: checked by the sweeper
         return None
     return f"{override.get_key_element()}={first}"
-
-
-def _hydra_message(err: BaseException) -> str:
-    text = str(err)
-    missing = re.search(r"Could not find '([^']+)'", text)
-    if missing:
-        group, _, option = missing.group(1).rpartition("/")
-        options = [o for o in re.findall(r"^\t(\S+)$", text, flags=re.M) if not o.startswith("_")]
-        valid = f"; available: {', '.join(options)}" if options else ""
-        return f"{group}={option} is not an option of '{group}'{valid}"
-    unknown = re.search(r"Could not override '([^']+)'", text)
-    if unknown:
-        key = unknown.group(1)
-        return f"unknown key '{key}' (add a new key with +{key}=...; check the spelling)"
-    return one_line(err)

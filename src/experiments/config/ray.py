@@ -17,14 +17,10 @@ from experiments.errors import UserError, one_line
 CONNECT_TIMEOUT_S = 5.0
 
 
-def is_ray_launcher(cfg: DictConfig) -> bool:
-    target = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")
-    return target.endswith(".RayLauncher")
-
-
 def check_ray_launcher(cfg: DictConfig) -> None:
     """With ``hydra/launcher=ray``: Ray is there, reachable, and some node can run a job."""
-    if not is_ray_launcher(cfg):
+    target = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")
+    if not target.endswith(".RayLauncher"):
         return
     launcher = cfg.hydra.launcher
     cpus, gpus = float(launcher.cpus_per_job), float(launcher.gpus_per_job or 0)
@@ -40,15 +36,22 @@ def check_ray_launcher(cfg: DictConfig) -> None:
                 f"hydra.launcher.{key}={value} is not valid: expected 0 or more"
                 + (" (or null: all of this machine's)" if key != "lost_retries" else "")
             )
-    connect(launcher.get("address"), launcher.get("num_cpus"), launcher.get("num_gpus"))
-    check_resources(cpus, gpus)
+    ray = connect(launcher.get("address"), launcher.get("num_cpus"), launcher.get("num_gpus"))
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if not any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
+        have = {f"{n.get('CPU', 0):g} CPU + {n.get('GPU', 0):g} GPU" for n in nodes}
+        raise UserError(
+            f"hydra.launcher.gpus_per_job={gpus:g} cpus_per_job={cpus:g}: no node of the Ray "
+            f"cluster has that much for one job (its nodes have: "
+            f"{', '.join(sorted(have)) or 'none alive'})"
+        )
 
 
 def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None):
     """Join the Ray cluster at ``address`` (``host:port`` of its head, or ``auto``), or with
     none start Ray on this machine; return the ``ray`` module. Once per process."""
     try:
-        import ray
+        import ray  # lazy: an optional extra, seconds to import; only a sweep on Ray needs it
     except ImportError:
         raise UserError(
             "hydra/launcher=ray: Ray is not installed; pip install 'experiments[ray]'"
@@ -99,7 +102,7 @@ def _reachable(address: str) -> None:
 def _speaks_grpc(address: str) -> bool:
     """Whether ``address`` completes a gRPC (HTTP/2) handshake within the deadline, as a Ray
     head's control service does; any other server (a web server, a database) does not."""
-    import grpc  # Ray's own dependency
+    import grpc  # lazy: Ray's own dependency, there only with the ray extra
 
     channel = grpc.insecure_channel(address)
     try:
@@ -109,17 +112,3 @@ def _speaks_grpc(address: str) -> bool:
         return False
     finally:
         channel.close()
-
-
-def check_resources(cpus: float, gpus: float) -> None:
-    """Some live node of the cluster has ``cpus`` CPUs and ``gpus`` GPUs for one job."""
-    import ray
-
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    if any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
-        return
-    have = ", ".join(sorted({f"{n.get('CPU', 0):g} CPU + {n.get('GPU', 0):g} GPU" for n in nodes}))
-    raise UserError(
-        f"hydra.launcher.gpus_per_job={gpus:g} cpus_per_job={cpus:g}: no node of the Ray "
-        f"cluster has that much for one job (its nodes have: {have or 'none alive'})"
-    )

@@ -13,8 +13,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.errors import UserError
 
-SLURM_LAUNCHERS = ("submitit_slurm", "slurm")
-
 
 def check_slurm_launcher(cfg: DictConfig) -> None:
     """With ``hydra/launcher=submitit_slurm|slurm``: the job could run on this cluster.
@@ -22,8 +20,7 @@ def check_slurm_launcher(cfg: DictConfig) -> None:
     ``cfg`` is composed with its ``hydra`` section. Raises UserError naming the key.
     """
     launcher = OmegaConf.select(cfg, "hydra.launcher", default=None)
-    target = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")
-    if launcher is None or "SlurmLauncher" not in target:
+    if launcher is None or "SlurmLauncher" not in str(launcher.get("_target_") or ""):
         return
     if shutil.which("sbatch") is None:
         raise UserError(
@@ -33,7 +30,7 @@ def check_slurm_launcher(cfg: DictConfig) -> None:
     partitions = _partitions()
     if not partitions:
         raise UserError("hydra/launcher: sinfo lists no partition: is the SLURM cluster up?")
-    asked = OmegaConf.select(cfg, "hydra.launcher.partition", default=None)
+    asked = launcher.get("partition")
     default = next((p for p, info in partitions.items() if info["default"]), None)
     name = asked or default
     if name not in partitions:
@@ -42,16 +39,13 @@ def check_slurm_launcher(cfg: DictConfig) -> None:
             f"available: {', '.join(partitions)}"
         )
     node = partitions[name]
-    tasks = int(OmegaConf.select(cfg, "hydra.launcher.tasks_per_node", default=1) or 1)
-    cpus = int(OmegaConf.select(cfg, "hydra.launcher.cpus_per_task", default=1) or 1)
-    mem_gb = OmegaConf.select(cfg, "hydra.launcher.mem_gb", default=None)
-    gpus = int(OmegaConf.select(cfg, "hydra.launcher.gpus_per_node", default=0) or 0)
-    nodes = int(OmegaConf.select(cfg, "hydra.launcher.nodes", default=1) or 1)
+    cpus = int(launcher.get("tasks_per_node") or 1) * int(launcher.get("cpus_per_task") or 1)
+    mem_gb = float(launcher.get("mem_gb") or 0)
     fits = [
-        ("tasks_per_node x cpus_per_task", tasks * cpus, node["cpus"], "CPUs"),
-        ("mem_gb", float(mem_gb or 0), round(node["mem_mb"] / 1024, 1), "GB of memory"),
-        ("gpus_per_node", gpus, node["gpus"], "GPUs"),
-        ("nodes", nodes, node["nodes"], "nodes"),
+        ("tasks_per_node x cpus_per_task", cpus, node["cpus"], "CPUs"),
+        ("mem_gb", mem_gb, round(node["mem_mb"] / 1024, 1), "GB of memory"),
+        ("gpus_per_node", int(launcher.get("gpus_per_node") or 0), node["gpus"], "GPUs"),
+        ("nodes", int(launcher.get("nodes") or 1), node["nodes"], "nodes"),
     ]
     for key, want, have, what in fits:
         if want > have:
