@@ -6,8 +6,8 @@ __all__ = ["find_runs"]
 
 
 def __getattr__(name: str):
-    # `import experiments` stays cheap (no pandas, no torch): find_runs loads on first use
     if name == "find_runs":
+        # lazy: `import experiments` stays cheap (no pandas, no torch); find_runs loads on use
         from experiments.analysis.notebook.query import find_runs
 
         return find_runs

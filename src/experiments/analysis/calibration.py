@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from matplotlib.figure import Figure  # object API: no global backend or pyplot state
 
 BINS = 15  # as Guo et al.: equal-width confidence bins over [0, 1]
 # The temperatures a fit may return. Guo et al. fit T between about 1 and 3 on ImageNet and
@@ -169,8 +170,6 @@ def _cross_fit(logits: torch.Tensor, labels: torch.Tensor) -> list[dict]:
 def reliability_diagram(path: Path, curves: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> Path:
     """Accuracy against confidence per bin, one line per ``name: (probs, labels)``; the
     diagonal is perfect calibration."""
-    from matplotlib.figure import Figure  # object API: no global backend or pyplot state
-
     fig = Figure(figsize=(4.5, 4.5))
     ax = fig.add_subplot()
     ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")

@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from experiments.analysis.groups import Comparison, Group
+from experiments.analysis.report import epochs_text
 from experiments.analysis.runs import Run, Value, identity, read_run, select, show_path
 from experiments.analysis.stats import Stats, metric_bounds, summarize
 from experiments.analysis.verdict import Verdict, decide
 from experiments.errors import UserError
+from experiments.recorded.replay import read_overrides
 from experiments.runs.layout import RunDir
 from experiments.tracking.sweep_summary import table_cell as cell
 
@@ -69,7 +71,6 @@ class Confirmation:
             f"| rank on fresh seeds |",
             "|---|---|---|---|---|---|---|",
         ]
-        from experiments.analysis.report import epochs_text
 
         for rank, fresh in enumerate(self.fresh, 1):
             s = fresh.stats
@@ -150,7 +151,6 @@ def confirm(
         )
     if n_seeds < 2:
         raise UserError(f"confirm_seeds={n_seeds}: give 2 or more (a spread needs two seeds)")
-    from experiments.recorded.replay import read_overrides
 
     plans = []
     for group in groups[:top_k]:

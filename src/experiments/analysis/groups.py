@@ -67,9 +67,6 @@ class Comparison:
         is a winner or one group."""
         return list(self.verdict.tied) if self.verdict is not None else []
 
-    def seed_verdict(self) -> Verdict | None:
-        return self.verdict
-
 
 def compare(
     paths: Sequence[str],

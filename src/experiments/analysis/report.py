@@ -9,8 +9,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
 from experiments.analysis.groups import Comparison, Group
 from experiments.analysis.runs import Value, read_curve, show_path
+from experiments.analysis.verdict import latex
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write
 from experiments.runs.layout import BEST_SIDECAR, CHECKPOINTS
@@ -211,9 +215,6 @@ def plot_curves(comparison: Comparison, path: Path, column: str = CURVE_METRIC) 
     if not series:
         return 0
 
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
     fig = Figure(figsize=(8, 5))
     ax = fig.add_subplot()
     handles = []
@@ -262,8 +263,6 @@ def write_report(
     if out.exists() and not out.is_dir():
         raise UserError(f"out={out} is a file, not a folder")
     if tex:
-        from experiments.analysis.verdict import latex
-
         table_tex = latex(comparison)
         atomic_write(out / "compare.tex", lambda f: f.write(table_tex.encode()))
     md = markdown(comparison)

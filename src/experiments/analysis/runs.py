@@ -277,7 +277,7 @@ def read_run(
     try:
         result = _read_run(path, metric, ignore, cache)
     except UserError as err:
-        result = _without_folder(one_line(err), path)
+        result = without_folder(one_line(err), path)
     except RecursionError:  # a config nested deeper than flattening goes
         result = ".hydra/config.yaml is nested too deeply to compare"
     return result if isinstance(result, Run) else printable(result)
@@ -337,7 +337,7 @@ def _read_run(
     return found
 
 
-def _without_folder(reason: str, path: Path) -> str:
+def without_folder(reason: str, path: Path) -> str:
     """``<run>/metrics.json: not valid JSON ...`` as ``metrics.json: not valid JSON ...``:
     the run's folder is already named in front of the reason."""
     for folder in (str(path), str(path.resolve())):
@@ -364,7 +364,7 @@ def _unfinished_reason(path: Path) -> str:
     try:  # a sweep job that failed says why in job.json (see tracking.sweep_summary)
         job = read_json(SweepDir.job_file(path), None)
     except UserError as err:
-        return f"no {METRICS}, and {_without_folder(one_line(err), path)}"
+        return f"no {METRICS}, and {without_folder(one_line(err), path)}"
     if isinstance(job, dict) and job.get("status") == "failed":
         error = job.get("error")
         # a traceback recorded whole: its last line is the exception

@@ -57,10 +57,6 @@ class Verdict:
     def decided(self) -> bool:
         return self.winner is not None
 
-    @property
-    def runner_up(self) -> str:
-        return self.pairs[0].other
-
 
 def _p(p: float | None) -> str:
     if p is None:

@@ -9,8 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
-from experiments.tracking.optuna_study import TRIAL_ENV, open_study
+from experiments.compat.optuna import trial_by_number
+from experiments.runs.sweep import TRIAL_ENV
+from experiments.tracking.optuna_study import open_study
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +38,6 @@ class TrialReporter(L.Callback):
         self._trial = None
 
     def _open(self):
-        from experiments.compat.optuna import trial_by_number
-
         study = open_study(self.settings, self.sweep_dir, self.name, create=False)
         return trial_by_number(study, self.number)
 
@@ -71,8 +73,6 @@ def trial_reporter(cfg) -> list[TrialReporter]:
     number = os.environ.get(TRIAL_ENV)
     if number is None:
         return []
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
 
     if not HydraConfig.initialized():
         return []

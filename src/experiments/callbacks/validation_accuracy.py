@@ -9,6 +9,8 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from matplotlib.figure import Figure  # object API: no global backend or pyplot state
+from matplotlib.ticker import MaxNLocator
 
 from experiments.models.metrics import summarize
 
@@ -103,8 +105,6 @@ class ValidationAccuracy(L.Callback):
             self._plot_curves()
 
     def _plot_confusion(self, names: list[str]) -> None:
-        from matplotlib.figure import Figure  # object API: no global backend or pyplot state
-
         matrix = self.last_matrix.numpy()
         k = len(names)
         size = min(3 + 0.45 * k, 24)
@@ -135,9 +135,6 @@ class ValidationAccuracy(L.Callback):
         fig.savefig(self.dirpath / "confusion_matrix.png", dpi=110)
 
     def _plot_curves(self) -> None:
-        from matplotlib.figure import Figure
-        from matplotlib.ticker import MaxNLocator
-
         fig = Figure(figsize=(10, 4))
         loss_ax, acc_ax = fig.subplots(1, 2)
         for key in ("train/loss", "val/loss"):

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+import torchvision
 from torch import nn
 
 from experiments.errors import UserError, one_line
@@ -93,7 +94,7 @@ def _check_input_size(net: nn.Module, name: str, in_shape) -> None:
 
 
 def _timm(name: str, num_classes: int, channels: int, pretrained, download: bool):
-    import timm
+    import timm  # lazy: ~1 s to import, paid only by a run that picks a timm backbone
 
     if name not in timm.list_models():
         _unknown(name, timm.list_models(), "timm")
@@ -110,6 +111,7 @@ def _timm_cached(name: str, cfg: dict, download: bool) -> Path:
     repo = cfg.get("hf_hub_id")
     if not repo:
         raise UserError(f"timm {name} has no published weights; give model.net.pretrained=<file>")
+    # lazy: reached only after timm (above) has loaded it
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
     for filename in ("model.safetensors", "pytorch_model.bin"):
@@ -125,8 +127,6 @@ def _timm_cached(name: str, cfg: dict, download: bool) -> Path:
 
 
 def _torchvision(name: str, num_classes: int, channels: int, pretrained, download: bool):
-    import torchvision
-
     known = torchvision.models.list_models(module=torchvision.models)
     if name not in known:
         _unknown(name, known, "torchvision")
@@ -152,8 +152,6 @@ def _torchvision_cached(name: str, download: bool) -> Path:
 
 def _torchvision_urls(name: str) -> list[str]:
     """The URLs of ``name``'s published weights, the library's default first."""
-    import torchvision
-
     try:
         weights = torchvision.models.get_model_weights(name)
     except (ValueError, AttributeError):

@@ -3,6 +3,8 @@ place of the raw weights when ``model.ema_decay`` is set)."""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -14,7 +16,6 @@ def ema_copy(net: nn.Module, decay: float | None) -> nn.Module | None:
         return None
     if not 0.0 < float(decay) < 1.0:
         raise UserError(f"model.ema_decay={decay} must be in (0, 1), e.g. 0.999; null turns it off")
-    import copy
 
     ema = copy.deepcopy(net)
     ema.requires_grad_(False)  # updated from the net's weights, never by the optimizer

@@ -4,20 +4,20 @@ freezes and unfreezes exactly where an uninterrupted one does."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 
 from torch import nn
 
 from experiments.compat.torch import is_batch_norm
 from experiments.errors import UserError
+from experiments.models.backbones import head_prefix
 from experiments.models.weights_fit import under
 
 
 def resolve_head(net: nn.Module, head: str | None) -> str:
     """The head's parameter-name prefix: ``head`` as given, or found (``auto``/None)."""
     if head in (None, "auto"):
-        from experiments.models.backbones import head_prefix
-
         return head_prefix(net)
     names = [n for n, _ in net.named_parameters()]
     if not any(under(n, [head]) for n in names):
@@ -81,8 +81,6 @@ def freeze_for_good(net: nn.Module, prefixes: list[str]) -> None:
 
 
 def arguments(factory: Callable) -> set[str]:
-    import inspect
-
     try:
         return set(inspect.signature(factory).parameters)
     except (TypeError, ValueError):

@@ -27,6 +27,8 @@ from experiments.models.metrics import (
     resolve_top_k,
     summarize,
 )
+from experiments.models.weights_fit import load_fitted
+from experiments.runs.layout import RunDir
 
 
 class ClassificationModule(L.LightningModule):
@@ -161,9 +163,6 @@ class ClassificationModule(L.LightningModule):
         """Load a finished run's best weights (``best.safetensors``, an older run's
         ``best.pt``) or any weights file into the net by name: a head of another class
         count stays new; one line reports what loaded."""
-        from experiments.models.weights_fit import load_fitted
-        from experiments.runs.layout import RunDir
-
         path = Path(str(source)).expanduser()
         if path.is_dir():
             path = RunDir(path).best_weights

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import torch
 from torch import nn
+from torchvision.models import resnet18 as tv_resnet18
 
 from experiments.config.hints import Ge, Gt, Le, Length, Lt
 
@@ -204,8 +205,6 @@ def resnet18(in_shape: Sequence[int], num_classes: int, small_input: bool = True
             CIFAR variant) instead of 7x7 stride 2 + max-pool, which would shrink a
             32x32 image to 1x1 by the last stage.
     """
-    from torchvision.models import resnet18 as tv_resnet18
-
     net = tv_resnet18(weights=None, num_classes=num_classes)
     c, h, w = in_shape
     if small_input and max(h, w) <= 64:

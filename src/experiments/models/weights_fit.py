@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from experiments.errors import UserError
+from experiments.runs.weights import safe_load
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +24,6 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     """A name -> tensor dict from a ``.safetensors`` file or a weights-only torch file
     (a plain state_dict, or one under ``state_dict``/``model``; ``module.`` and
     ``_orig_mod.`` prefixes are dropped)."""
-    from experiments.runs.weights import safe_load
-
     path = Path(path)
     obj = safe_load(path)  # by suffix: safetensors, else torch.load(weights_only=True)
     for key in _WRAPPERS:

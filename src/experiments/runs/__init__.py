@@ -1,6 +1,6 @@
 """The run folder: its layout, resuming it (every way), its lock, atomic files, checkpoint
-files, provenance, and its saved config read back for eval/predict.
+files, provenance, the manifest and notes.
 
-Importing this package (and ``layout``, ``resume``, ``lock``, ``saved``) loads no torch;
-the checkpoint modules import it when used.
+Importing this package (and ``layout``, ``files``, ``resume``, ``lock``, ``sweep``,
+``provenance``) loads no torch; ``weights`` and ``checkpoint_io`` import it.
 """

@@ -57,7 +57,7 @@ JOB_FILE = "job.json"
 SUMMARY_MD = "summary.md"
 SUMMARY_CSV = "summary.csv"
 OPTIMIZATION_RESULTS = "optimization_results.yaml"  # what our Optuna sweeper writes
-# the sweep's plots (tracking.importance): every job across the swept keys, the metric over
+# the sweep's plots (tracking.sweep_plots): every job across the swept keys, the metric over
 # the two most important keys, the metric by the one swept key
 PARALLEL_PLOT, CONTOUR_PLOT, ONE_KEY_PLOT = "parallel.png", "contour.png", "summary.png"
 _NUMBER = (int, float)
@@ -376,7 +376,7 @@ class SweepDir:
     <sweep>/<job>/                one run folder per job (a RunDir) ...
     <sweep>/<job>/job.json        ... and its record: status, overrides, error, node
     <sweep>/summary.md, summary.csv  the table of every job (``tracking.sweep_summary``)
-    <sweep>/parallel.png, contour.png, summary.png  its plots (``tracking.importance``)
+    <sweep>/parallel.png, contour.png, summary.png  its plots (``tracking.sweep_plots``)
     <sweep>/optimization_results.yaml  the best parameters (our Optuna sweeper)
     <sweep>/manifest.json         every artifact's sha256 and size (``runs.manifest``)
     <sweep>/.lock                 held by the process running the sweep

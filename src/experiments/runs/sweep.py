@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 # attempt of it was lost (both recorded in its job.json)
 NODE_ENV = "EXPERIMENTS_NODE"
 LOST_ENV = "EXPERIMENTS_LOST"
+# set by the Optuna sweeper (hydra.job.env_set): the trial a job runs
+TRIAL_ENV = "EXPERIMENTS_OPTUNA_TRIAL"
 # keys that do not change what a sweep's jobs compute: where it runs, how many trials, ours
 NOT_IDENTITY = ("hydra.", "hydra/", "sweep.", "+sweep.", "print_config=")
 # sweepers whose re-run numbers new trials after the existing jobs (so no job dir is reused

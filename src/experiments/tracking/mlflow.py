@@ -12,7 +12,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from mlflow.entities import Param
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from experiments.compat.lightning import mlflow_run_opened
 from experiments.config.dotted import dotted_leaves
+from experiments.console import process_rank
+from experiments.errors import UserError
+from experiments.runs.layout import sidecar_of, weights_file
 
 log = logging.getLogger(__name__)
 
@@ -45,62 +55,49 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str
     return flat
 
 
-def _logger_class():
-    """``MLFlowLogger`` with dotted, length-safe params and a checkpoint upload (imported late:
-    lightning and mlflow take seconds to import)."""
-    from lightning.pytorch.loggers import MLFlowLogger
-    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+class ExperimentsMLFlowLogger(MLFlowLogger):
+    """Lightning's MLflow logger: params keep the config's dotted keys and full values
+    (length-safe); the run's end values and the best weights are recorded at the end."""
 
-    from experiments.compat.lightning import mlflow_run_opened
+    log_checkpoints: bool = True
 
-    class ExperimentsMLFlowLogger(MLFlowLogger):
-        """Lightning's MLflow logger; params keep the config's dotted keys and full values."""
+    @rank_zero_only
+    def log_hyperparams(self, params) -> None:
+        # Lightning hands a dict or an argparse Namespace (its base class's signature);
+        # log_batch is called as Lightning's own does for a logger built without
+        # ``synchronous`` (as ours always is): MLflow's default
+        plain = vars(params) if isinstance(params, Namespace) else params
+        flat = flatten_params(plain or {})
+        items = [Param(key=k, value=v) for k, v in flat.items()]
+        for start in range(0, len(items), PARAMS_PER_BATCH):
+            self.experiment.log_batch(
+                run_id=self.run_id, params=items[start : start + PARAMS_PER_BATCH]
+            )
 
-        log_checkpoints: bool = True
+    @rank_zero_only
+    def record_summary(self, summary: dict[str, float]) -> None:
+        """The run's end values (``experiments.tracking.finish_loggers``): the chosen
+        epoch's ``<monitor>_best`` and ``best_epoch`` as metrics (``val/acc`` and the
+        other per-epoch series keep one point per epoch: their latest is the last
+        epoch's), and every value, labelled, in the tag ``summary``."""
+        if not mlflow_run_opened(self):  # no run was started: do not start one now
+            return
+        kept = {k: float(v) for k, v in summary.items()
+                if k == "best_epoch" or k.endswith("_best")}  # fmt: skip
+        self.log_metrics(kept)  # one point each (step 0)
+        text = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in sorted(summary.items()))  # fmt: skip
+        self.experiment.set_tag(self.run_id, "summary", text[:MAX_VALUE_LENGTH])
 
-        @rank_zero_only
-        def log_hyperparams(self, params) -> None:
-            from mlflow.entities import Param
-
-            # Lightning hands a dict or an argparse Namespace (its base class's signature);
-            # log_batch is called as Lightning's own does for a logger built without
-            # ``synchronous`` (as ours always is): MLflow's default
-            plain = vars(params) if isinstance(params, Namespace) else params
-            flat = flatten_params(plain or {})
-            items = [Param(key=k, value=v) for k, v in flat.items()]
-            for start in range(0, len(items), PARAMS_PER_BATCH):
-                self.experiment.log_batch(
-                    run_id=self.run_id, params=items[start : start + PARAMS_PER_BATCH]
-                )
-
-        @rank_zero_only
-        def record_summary(self, summary: dict[str, float]) -> None:
-            """The run's end values (``experiments.tracking.finish_loggers``): the chosen
-            epoch's ``<monitor>_best`` and ``best_epoch`` as metrics (``val/acc`` and the
-            other per-epoch series keep one point per epoch: their latest is the last
-            epoch's), and every value, labelled, in the tag ``summary``."""
-            if not mlflow_run_opened(self):  # no run was started: do not start one now
-                return
-            kept = {k: float(v) for k, v in summary.items()
-                    if k == "best_epoch" or k.endswith("_best")}  # fmt: skip
-            self.log_metrics(kept)  # one point each (step 0)
-            text = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                             for k, v in sorted(summary.items()))  # fmt: skip
-            self.experiment.set_tag(self.run_id, "summary", text[:MAX_VALUE_LENGTH])
-
-        @rank_zero_only
-        def upload_checkpoints(self, checkpoint_dir: Path) -> None:
-            """Log the best weights and ``best.json`` as artifacts under ``checkpoints/``."""
-            from experiments.runs.layout import sidecar_of, weights_file
-
-            if not mlflow_run_opened(self):
-                return
-            best = weights_file(Path(checkpoint_dir), "best")
-            for path in (best, sidecar_of(best)):
-                if path.is_file():
-                    self.experiment.log_artifact(self.run_id, str(path), "checkpoints")
-
-    return ExperimentsMLFlowLogger
+    @rank_zero_only
+    def upload_checkpoints(self, checkpoint_dir: Path) -> None:
+        """Log the best weights and ``best.json`` as artifacts under ``checkpoints/``."""
+        if not mlflow_run_opened(self):
+            return
+        best = weights_file(Path(checkpoint_dir), "best")
+        for path in (best, sidecar_of(best)):
+            if path.is_file():
+                self.experiment.log_artifact(self.run_id, str(path), "checkpoints")
 
 
 def _local_path(uri: str) -> Path | None:
@@ -118,11 +115,6 @@ def _local_path(uri: str) -> Path | None:
 def _ensure_experiment(tracking_uri: str, name: str, artifact_location: str | None) -> None:
     """Create the experiment up front (Lightning would, with a warning that reads like an
     error); a deleted one of that name is a one-line error instead of MLflow's traceback."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    from experiments.errors import UserError
-
     client = MlflowClient(tracking_uri)
     found = client.get_experiment_by_name(name)
     if found is not None and found.lifecycle_stage == "deleted":
@@ -164,9 +156,6 @@ def mlflow_logger(
         log_checkpoints: log the best weights / ``best.json`` as artifacts when the job
             succeeded.
     """
-    from experiments.console import process_rank
-    from experiments.errors import UserError
-
     if not tracking_uri:
         raise UserError("logger.mlflow.tracking_uri is empty; e.g. sqlite:///outputs/mlflow.db")
     local = _local_path(tracking_uri)
@@ -181,7 +170,7 @@ def mlflow_logger(
     run_tags = {str(t): "true" for t in tags}
     if sweep_group:
         run_tags["sweep"] = str(sweep_group)
-    logger = _logger_class()(
+    logger = ExperimentsMLFlowLogger(
         experiment_name=experiment_name,
         run_name=run_name or None,
         tracking_uri=tracking_uri,

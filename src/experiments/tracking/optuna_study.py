@@ -5,23 +5,28 @@ prunes (the callback through which a running trial reports to it is
 The sweeper (``hydra_plugins.experiments_optuna``) and every trial (a Hydra job, in
 whatever process or machine the launcher runs it) open the same study from the same
 sweeper settings, which each job finds in its own Hydra config; the sweeper tells a job
-its trial number through ``hydra.job.env_set`` (the :data:`TRIAL_ENV` variable).
+its trial number through ``hydra.job.env_set`` (``runs.sweep.TRIAL_ENV``).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import optuna
+from optuna import pruners
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from sqlalchemy.exc import SQLAlchemyError
 
 from experiments.config.sweeper import DIRECTIONS, PRUNERS
 from experiments.errors import UserError, one_line
 
 log = logging.getLogger(__name__)
-
-TRIAL_ENV = "EXPERIMENTS_OPTUNA_TRIAL"
 
 
 def storage_for(spec: str | None, sweep_dir: Path):
@@ -35,9 +40,6 @@ def storage_for(spec: str | None, sweep_dir: Path):
     if not spec:
         return f"sqlite:///{(Path(sweep_dir) / 'optuna.db').resolve()}"
     if spec == "journal" or str(spec).endswith((".log", ".journal")):
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
         path = Path(sweep_dir) / "optuna.journal" if spec == "journal" else Path(spec)
         path.parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(path.resolve())))
@@ -52,8 +54,6 @@ def make_pruner(settings: Mapping[str, Any]):
     rung. None prunes before ``pruner_warmup_epochs`` epochs; ``median`` also waits for
     ``pruner_startup_trials`` trials to finish first.
     """
-    import optuna.pruners as pruners
-
     name = str(settings.get("pruner") or "none")
     warmup = int(settings.get("pruner_warmup_epochs", 1))
     if name == "none":
@@ -76,12 +76,10 @@ def open_study(settings: Mapping[str, Any], sweep_dir: Path, name: str, create: 
             or journal, a database of another program or Optuna version): one line naming
             it and the way out.
     """
-    import optuna
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         storage = storage_for(settings.get("storage"), sweep_dir)
-        return _open(optuna, settings, storage, name, create)
+        return _open(settings, storage, name, create)
     except Exception as err:
         if isinstance(err, UserError | KeyError) or not _storage_error(err):
             raise  # KeyError: load_study of a study that is not there, Optuna's own message
@@ -93,7 +91,7 @@ def open_study(settings: Mapping[str, Any], sweep_dir: Path, name: str, create: 
         ) from None
 
 
-def _open(optuna, settings: Mapping[str, Any], storage, name: str, create: bool):
+def _open(settings: Mapping[str, Any], storage, name: str, create: bool):
     pruner = make_pruner(settings)
     if not create:
         return optuna.load_study(study_name=name, storage=storage, pruner=pruner)
@@ -120,15 +118,7 @@ def _storage_error(err: BaseException) -> bool:
     """Whether ``err`` is what opening a storage that is not a study raises: the database
     driver's errors (a file that is not SQLite, tables of another program), Optuna's own
     schema-version check (RuntimeError), a journal line that is not JSON (ValueError)."""
-    import sqlite3
-
-    kinds: tuple[type[BaseException], ...] = (sqlite3.Error, RuntimeError, ValueError, OSError)
-    try:
-        from sqlalchemy.exc import SQLAlchemyError
-
-        kinds += (SQLAlchemyError,)
-    except ImportError:  # no SQLAlchemy: a journal storage
-        pass
+    kinds = (sqlite3.Error, SQLAlchemyError, RuntimeError, ValueError, OSError)
     return isinstance(err, kinds)
 
 

@@ -27,13 +27,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from experiments.compat.hydra import as_recorded_failure, job_outcome
-from experiments.errors import UserError, find_user_error
+from experiments.errors import UserError, find_user_error, one_line
 from experiments.runs.files import atomic_write, read_json_object, read_yaml, write_json
 from experiments.runs.layout import BEST_WEIGHTS, RunDir, SweepDir, read_sidecar, sidecar_epoch
+from experiments.runs.manifest import write_manifest
 from experiments.runs.notes import read_tags
 from experiments.runs.orphans import end_with_sweep_process, exit_if_orphaned, mark_sweep_process
-from experiments.runs.sweep import KEPT, LOST_ENV, NODE_ENV, stop_reason
-from experiments.tracking import importance
+from experiments.runs.sweep import KEPT, LOST_ENV, NODE_ENV, TRIAL_ENV, stop_reason
+from experiments.tracking import sweep_plots
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,6 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = write_summary(sweep_dir, *_metric(config))
         show_summary(sweep_dir, rows)
-        from experiments.runs.manifest import write_manifest
 
         write_manifest(sweep_dir)  # the sweep's last write, failed jobs too (experiments-verify)
         failed = [r for r in rows if r["status"] in FAILED]
@@ -186,16 +186,12 @@ def stopped_by_a_rule(config: DictConfig) -> bool:
 
 def _trial_number(hydra_cfg) -> int | None:
     """The Optuna trial this job ran, when our Optuna sweeper launched it."""
-    from experiments.tracking.optuna_study import TRIAL_ENV
-
     number = (hydra_cfg.job.get("env_set") or {}).get(TRIAL_ENV)
     return int(number) if number is not None else None
 
 
 def _one_line(err: Any) -> str:
     if isinstance(err, BaseException):
-        from experiments.errors import find_user_error, one_line
-
         err = find_user_error(err) or err
         return f"{type(err).__name__}: {one_line(err, last=True)}"[:300]
     return str(err)[:300]
@@ -365,9 +361,9 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         atomic_write(SweepDir(sweep_dir).summary_csv, lambda f: f.write(buf.getvalue().encode()))
         md = _markdown(rows, fields, metric, mode)
         # the plots are drawn from every finished job each time, a stale one removed
-        md += importance.section(sweep_dir, rows, metric, *_optuna_importance(sweep_dir))
+        md += sweep_plots.section(sweep_dir, rows, metric, *_optuna_importance(sweep_dir))
         atomic_write(SweepDir(sweep_dir).summary_md, lambda f: f.write(md.encode()))
-        importance.plot_one_key(rows, metric, SweepDir(sweep_dir).summary_png)
+        sweep_plots.plot_one_key(rows, metric, SweepDir(sweep_dir).summary_png)
     return rows
 
 

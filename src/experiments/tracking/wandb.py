@@ -10,6 +10,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+from lightning.pytorch.loggers import WandbLogger
+
+from experiments.compat.lightning import close_experiment, opened_experiment
+from experiments.errors import UserError
+from experiments.runs.layout import checkpoint_files
+
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "online", "offline", "disabled")
@@ -37,8 +43,6 @@ def drop_empty_wandb_env() -> None:
 def resolve_mode(mode: str) -> str:
     """``auto`` -> ``WANDB_MODE`` if set, else online with a key, else offline (with a notice)."""
     if mode not in MODES:
-        from experiments.errors import UserError
-
         raise UserError(f"logger.wandb.mode={mode!r} is not valid; use one of {', '.join(MODES)}")
     if mode != "auto":
         return mode
@@ -77,8 +81,7 @@ def wandb_logger(
         run_id: continue this W&B run (set by ``resume=``).
     """
     drop_empty_wandb_env()
-    import wandb
-    from lightning.pytorch.loggers import WandbLogger
+    import wandb  # lazy: every run imports this module (finish_loggers); only W&B runs pay
 
     mode = resolve_mode(mode)
     Path(save_dir).mkdir(parents=True, exist_ok=True)
@@ -143,7 +146,6 @@ def finish_loggers(
             logger.finalize("failed" if failed else "success")
         except Exception as err:  # a logger failing to close must not hide the real error
             log.warning("could not finalize %s: %s", type(logger).__name__, err)
-        from experiments.compat.lightning import close_experiment, opened_experiment
 
         run = opened_experiment(logger)
         if run is None or not hasattr(run, "finish"):
@@ -156,8 +158,6 @@ def finish_loggers(
 
 def _record_summary(logger, summary: Mapping[str, float]) -> None:
     """The end values into the logger's run summary; a failure only warns (the job is done)."""
-    from experiments.compat.lightning import opened_experiment
-
     try:
         record = getattr(logger, "record_summary", None)
         if record is not None:
@@ -180,9 +180,7 @@ def _only_last(summary: Mapping[str, float]) -> list[str]:
 
 
 def _upload_checkpoints(run, checkpoint_dir: Path) -> None:
-    import wandb
-
-    from experiments.runs.layout import checkpoint_files
+    import wandb  # lazy: as in wandb_logger
 
     files = checkpoint_files(Path(checkpoint_dir))  # the weights and their sidecars
     if not files:

@@ -25,10 +25,15 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.compat.hydra import job_outcome
+from experiments.compat.hydra import is_basic_launcher, job_outcome
 from experiments.config.sweeper import DIRECTIONS, check_settings
-from experiments.errors import UserError, exit_with
-from experiments.tracking.optuna_study import TRIAL_ENV, open_study
+from experiments.errors import UserError, exit_with, one_line
+from experiments.runs.files import read_json_object
+from experiments.runs.sweep import TRIAL_ENV
+from experiments.tracking.importance import is_replicate
+
+# Hydra imports every plugin module at the start of every run, a sweep or not: optuna (and
+# the summary's plotting) load only once a search runs (the imports marked lazy below)
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +41,6 @@ log = logging.getLogger(__name__)
 def _job_record(ret) -> dict:
     """The job's ``job.json`` ({} when it wrote none, or it cannot be read: the summary
     lists such a job as broken)."""
-    from experiments.errors import UserError
-    from experiments.runs.files import read_json_object
-
     try:
         return read_json_object(Path(ret.hydra_cfg.hydra.runtime.output_dir) / "job.json")
     except (UserError, AttributeError):
@@ -54,7 +56,7 @@ def importance_evaluator():
     """The evaluator of the importance the summary shows, named rather than Optuna's default
     (which changed from fANOVA to PED-ANOVA in Optuna 5): fANOVA, the share of the metric's
     variance each parameter explains, seeded so a rebuilt summary shows the same numbers."""
-    from optuna.importance import FanovaImportanceEvaluator
+    from optuna.importance import FanovaImportanceEvaluator  # lazy: see the top
 
     return FanovaImportanceEvaluator(seed=0)
 
@@ -62,18 +64,14 @@ def importance_evaluator():
 def _importance(study) -> dict[str, float]:
     """The fANOVA importance (:func:`importance_evaluator`) of each parameter except seeds,
     which replicate a trial rather than set it ({} with too few finished trials)."""
-    import optuna
-
-    from experiments.tracking.importance import is_replicate
+    from optuna.importance import get_param_importances  # lazy: see the top
 
     names = {k for t in study.get_trials(deepcopy=False) for k in t.params}
     params = sorted(k for k in names if not is_replicate(k))
     if not params:
         return {}
     try:
-        found = optuna.importance.get_param_importances(
-            study, evaluator=importance_evaluator(), params=params
-        )
+        found = get_param_importances(study, evaluator=importance_evaluator(), params=params)
     except (ValueError, RuntimeError) as err:  # fewer than 2 complete trials, one param value
         log.info("no parameter importance: %s", err)
         return {}
@@ -154,8 +152,9 @@ class OptunaSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> Any:
-        from optuna.trial import TrialState
+        from experiments.tracking.optuna_study import open_study  # lazy: see the top
 
+        states = _states()
         space, fixed = self._space(arguments)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -165,13 +164,13 @@ class OptunaSweeper(Sweeper):
             study = open_study(self.settings, sweep_dir, name, create=True)
         except UserError as err:  # a corrupt storage: one line, before any trial runs
             exit_with(err)
-        for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study.tell(stale.number, state=TrialState.FAIL)  # interrupted last time
+        for stale in study.get_trials(deepcopy=False, states=(states.RUNNING,)):
+            study.tell(stale.number, state=states.FAIL)  # interrupted last time
         if not study.trials:
             for params in self.settings.get("enqueue") or []:
                 study.enqueue_trial(dict(params))
         # trials enqueued but not yet run (WAITING) are still to do
-        done_before = sum(t.state != TrialState.WAITING for t in study.trials)
+        done_before = sum(t.state != states.WAITING for t in study.trials)
         if done_before:
             log.info("resuming study %s: %d trials already done", name, done_before)
         failures = self._run_workers(study, space, fixed, done_before)
@@ -179,7 +178,7 @@ class OptunaSweeper(Sweeper):
         if failures:
             # Hydra skips on_multirun_end when a sweeper raises: the summary (and its plots)
             # is rebuilt here from every finished trial, with the importance just written
-            from experiments.tracking.sweep_summary import write_summary
+            from experiments.tracking.sweep_summary import write_summary  # lazy: see the top
 
             metric = str(self.config.get("optimized_metric", ""))
             write_summary(sweep_dir, metric, str(self.config.get("optimized_mode", "max")))
@@ -207,8 +206,6 @@ class OptunaSweeper(Sweeper):
         return space, fixed
 
     def _workers(self) -> int:
-        from experiments.compat.hydra import is_basic_launcher
-
         if is_basic_launcher(self.launcher) and self.n_jobs > 1:
             log.warning(
                 "hydra.sweeper.n_jobs=%d: Hydra's basic launcher runs one trial at a time in "
@@ -296,9 +293,6 @@ class OptunaSweeper(Sweeper):
         """The objective values of a finished job: its return value, or with ``objectives``
         the named metrics of its ``metrics.json``."""
         if self.objectives:
-            from experiments.errors import UserError
-            from experiments.runs.files import read_json_object
-
             output_dir = Path(ret.hydra_cfg.hydra.runtime.output_dir)
             try:
                 metrics = read_json_object(output_dir / "metrics.json")
@@ -353,13 +347,13 @@ class OptunaSweeper(Sweeper):
 
 
 def _states():
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # lazy: see the top
 
     return TrialState
 
 
 def _distribution(override: Override):
-    import optuna.distributions as d
+    import optuna.distributions as d  # lazy: see the top
 
     value = override.value()
     key = override.get_key_element()
@@ -394,8 +388,6 @@ def _format(value: Any) -> str:
 
 def _describe(ret, value) -> str:
     if ret.status != JobStatus.COMPLETED:
-        from experiments.errors import one_line
-
         err = job_outcome(ret)[1]
         return f"{type(err).__name__}: {one_line(err, last=True)}"
     return f"returned {value!r}, not a finite number (is optimized_metric logged?)"

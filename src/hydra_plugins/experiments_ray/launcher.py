@@ -27,12 +27,21 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.utils import JobReturn
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from experiments.compat.hydra import as_recorded_failure, failed_job
+from experiments.config.ray import connect
+from experiments.console import filter_upstream_warnings
+from experiments.errors import one_line
 from experiments.runs.sweep import LOST_ENV, NODE_ENV
+
+# Hydra imports every plugin module at the start of every run: ray (an optional extra) and the
+# sweep summary (its plots import matplotlib) load only once a sweep runs on Ray (the imports
+# marked lazy below)
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +67,8 @@ ConfigStore.instance().store(
 )
 
 
-def _lost_errors() -> tuple[type[BaseException], ...]:
-    import ray.exceptions as e
-
+def _lost_errors(ray) -> tuple[type[BaseException], ...]:
+    e = ray.exceptions
     return (e.WorkerCrashedError, e.NodeDiedError, e.OutOfMemoryError, e.ObjectLostError,
             e.LocalRayletDiedError)  # fmt: skip
 
@@ -70,11 +78,7 @@ def job(
 ) -> JobReturn:
     """One sweep job, in a Ray worker: Hydra's ``run_job`` in the sweep's working dir.
     ``lost``: why an earlier attempt was lost (its job.json says so)."""
-    import ray
-    from hydra.core.singleton import Singleton
-    from hydra.core.utils import run_job, setup_globals
-
-    from experiments.console import filter_upstream_warnings
+    import ray  # lazy: see the top
 
     filter_upstream_warnings()  # as the command line does (this is a new process)
     os.chdir(cwd)
@@ -116,7 +120,7 @@ class RayLauncher(Launcher):
             signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum: int, frame) -> None:
-        import ray
+        import ray  # lazy: see the top
 
         with self._lock:
             running = list(self._running.items())
@@ -128,11 +132,7 @@ class RayLauncher(Launcher):
             with contextlib.suppress(Exception):  # Ray is shutting down too: nothing to cancel
                 ray.cancel(ref, force=True)
         if self.config is not None:
-            from experiments.tracking.sweep_summary import write_summary
-
-            write_summary(Path(str(self.config.hydra.sweep.dir)).absolute(),
-                          str(self.config.get("optimized_metric", "")),
-                          str(self.config.get("optimized_mode", "max")))  # fmt: skip
+            self._write_summary(Path(str(self.config.hydra.sweep.dir)).absolute())
         log.error("SIGTERM: %d running job(s) recorded as interrupted; the same command again "
                   "resumes the sweep", len(running), extra={"sweep_line": True})  # fmt: skip
         # exit here: raised from inside ray.wait, SystemExit came back as another error
@@ -144,11 +144,6 @@ class RayLauncher(Launcher):
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
-        from hydra.core.singleton import Singleton
-        from hydra.core.utils import configure_log, setup_globals
-
-        from experiments.config.ray import connect
-
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
@@ -190,7 +185,7 @@ class RayLauncher(Launcher):
                 self._running.pop(ref, None)
             try:
                 results[k] = ray.get(ref)
-            except _lost_errors() as err:
+            except _lost_errors(ray) as err:
                 reason = _first_line(err)
                 cfg = configs[k]
                 if attempt < retries:
@@ -209,17 +204,18 @@ class RayLauncher(Launcher):
         """A job that did not come back from Ray: recorded ``failed`` (with ``reason``) in
         its job.json and the summary; to the sweeper, a job that is passed over (the summary
         callback ends the sweep with one line)."""
-        from experiments.compat.hydra import as_recorded_failure
-        from experiments.tracking.sweep_summary import write_summary
-
         _record_lost(cfg, reason, retried=False, status="failed")
         log.error("job %s failed: %s", cfg.hydra.job.num, reason, extra={"sweep_line": True})
-        metric = str(self.config.get("optimized_metric", ""))
-        write_summary(Path(str(cfg.hydra.sweep.dir)), metric,
-                      str(self.config.get("optimized_mode", "max")))  # fmt: skip
+        self._write_summary(Path(str(cfg.hydra.sweep.dir)))
         result = _failed(cfg, err)
         as_recorded_failure(result)
         return result
+
+    def _write_summary(self, sweep_dir: Path) -> None:
+        from experiments.tracking.sweep_summary import write_summary  # lazy: see the top
+
+        write_summary(sweep_dir, str(self.config.get("optimized_metric", "")),
+                      str(self.config.get("optimized_mode", "max")))  # fmt: skip
 
     def _job_config(self, overrides: list[str], idx: int, sweep_dir: Path) -> DictConfig:
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -237,7 +233,7 @@ def _job_dir(cfg: DictConfig) -> Path:
 
 
 def _record_lost(cfg: DictConfig, reason: str, retried: bool, status: str = "lost") -> None:
-    from experiments.tracking.sweep_summary import record_lost
+    from experiments.tracking.sweep_summary import record_lost  # lazy: see the top
 
     record_lost(_job_dir(cfg), int(cfg.hydra.job.num), list(cfg.hydra.overrides.task), reason,
                 retried, status)  # fmt: skip
@@ -245,14 +241,10 @@ def _record_lost(cfg: DictConfig, reason: str, retried: bool, status: str = "los
 
 def _failed(cfg: DictConfig, err: BaseException) -> JobReturn:
     """The JobReturn of a job that did not come back from Ray."""
-    from experiments.compat.hydra import failed_job
-
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(_job_dir(cfg))
     return failed_job(cfg, err, os.getcwd())
 
 
 def _first_line(err: BaseException) -> str:
-    from experiments.errors import one_line
-
     return f"{type(err).__name__}: {one_line(err)}"[:300]

@@ -33,9 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.notebook.notes import launch_tags, merge_tags, read_notes
-from experiments.analysis.runs import Run, group_config, printable, replicates, select
+from experiments.analysis.runs import (
+    Run,
+    group_config,
+    printable,
+    replicates,
+    select,
+    without_folder,
+)
 from experiments.errors import UserError, one_line
-from experiments.runs.files import atomic_write, parse_yaml, read_json, read_text
+from experiments.runs.files import atomic_write, parse_yaml, read_json, read_text, read_yaml
 from experiments.runs.layout import (
     FOLD_PREFIX,
     METRICS,
@@ -135,13 +142,13 @@ class Reader:
             notes = read_notes(folder)
         except UserError as err:
             notes = {}
-            reasons.append(_local(one_line(err), folder))
+            reasons.append(without_folder(one_line(err), folder))
         launched = config["tags"] if config else []
         record["tags"], record["note"] = merge_tags(launched, notes), notes.get("note", "")
         try:
             record["overrides"] = _overrides(run)
         except UserError as err:
-            reasons.append(_local(one_line(err), folder))
+            reasons.append(without_folder(one_line(err), folder))
         record["choices"] = self._group_choices(run, reasons)
         if record["start"] is not None and record["status"] == "running":
             record["duration_s"] = round(time.time() - record["start"], 3)
@@ -175,10 +182,10 @@ class Reader:
         except (UserError, RecursionError) as err:
             why = "nested too deeply" if isinstance(err, RecursionError) else one_line(err)
             if running:  # Hydra may be writing it this instant: read it next time
-                reasons.append(f"config being written ({_local(why, run.path)})")
+                reasons.append(f"config being written ({without_folder(why, run.path)})")
             else:
                 record["status"] = "broken"
-                reasons.append(_local(why, run.path))
+                reasons.append(without_folder(why, run.path))
             return None
 
     def _parse(self, text: str, run: RunDir, dirs: list[str], key: str | None) -> str:
@@ -216,7 +223,7 @@ class Reader:
             best = read_json(run.best_json, {}, kind=dict)
         except UserError as err:
             record["status"] = "broken"
-            reasons.append(_local(one_line(err), run.path))
+            reasons.append(without_folder(one_line(err), run.path))
             return
         if record["status"] == "running":  # a finished run whose lock was not let go yet
             record["status"] = "finished"
@@ -251,7 +258,7 @@ class Reader:
             try:
                 data = parse_yaml(body, f"{path} (runtime.choices)")
             except UserError as err:
-                reasons.append(_local(one_line(err), run.path))
+                reasons.append(without_folder(one_line(err), run.path))
                 data = {}
             data = data if isinstance(data, dict) else {}
             self._choices[body] = {
@@ -361,7 +368,7 @@ def _failed_job(run: RunDir) -> str:
     try:
         job = read_json(SweepDir.job_file(run.path), None)
     except UserError as err:
-        return f"no {METRICS}, and {_local(one_line(err), run.path)}"
+        return f"no {METRICS}, and {without_folder(one_line(err), run.path)}"
     if isinstance(job, dict) and job.get("status") in ("failed", "interrupted"):
         error = job.get("error")
         why = one_line(Exception(error), last=True) if isinstance(error, str) else None
@@ -379,8 +386,6 @@ def _unfinished(run: RunDir) -> str:
 
 
 def _overrides(run: RunDir) -> list[str]:
-    from experiments.runs.files import read_yaml
-
     data = read_yaml(run.saved_overrides, [], kind=list)
     return [str(o) for o in data if isinstance(o, str | int | float)]
 
@@ -390,14 +395,6 @@ def _mtime(path: Path) -> float | None:
         return os.stat(path).st_mtime
     except OSError:
         return None
-
-
-def _local(reason: str, folder: Path) -> str:
-    """A reason without the run's own folder in front (the listing names the folder)."""
-    for prefix in (str(folder), str(folder.resolve())):
-        if reason.startswith(prefix + os.sep):
-            return reason[len(prefix) + 1 :]
-    return reason
 
 
 def _scalar(text: str) -> Any:

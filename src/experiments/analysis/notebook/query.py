@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import difflib
 import math
+import operator
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pandas as pd
+
+from experiments.analysis.groups import LOWER_IS_BETTER
 from experiments.analysis.notebook.index import Index, build
 from experiments.errors import UserError
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 # the fixed columns, in the order the table shows them (metrics, choices, config follow)
 FIRST = ["name", "status", "kind", "tags", "note", "start", "duration_s", "epoch", "seed"]
@@ -43,8 +44,6 @@ _TOKEN = re.compile(
 def frame(index: Index) -> pd.DataFrame:
     """One row per run of ``index``: the fixed columns, then the metrics at each run's
     selected epoch (its optimized metric first), the group choices and the grouping config."""
-    import pandas as pd
-
     rows, metrics, choices, keys = [], {}, {}, {}
     for record in index.records:
         config = index.config(record)
@@ -140,8 +139,6 @@ def order(
 
 
 def _higher_is_better(column: str) -> bool:
-    from experiments.analysis.groups import LOWER_IS_BETTER
-
     return "/" in column and not any(w in column for w in LOWER_IS_BETTER)
 
 
@@ -270,8 +267,6 @@ def evaluate(tree, df: pd.DataFrame) -> pd.Series:
         UserError: a key that is not a column (with the nearest ones), or an order
             comparison (< <= > >=) of text.
     """
-    import pandas as pd
-
     unknown = [k for k in keys_of(tree) if k not in df.columns]
     if unknown and len(df):
         raise UserError(
@@ -283,8 +278,6 @@ def evaluate(tree, df: pd.DataFrame) -> pd.Series:
 
 
 def _eval(tree, df):
-    import pandas as pd
-
     if isinstance(tree, Tag):
         return df["tags"].map(lambda tags: tree.name in tags).astype(bool)
     if isinstance(tree, Node):
@@ -318,8 +311,6 @@ def _eval(tree, df):
 
 
 def _compare(column, op, value, key):
-    import operator
-
     ops = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
            ">": operator.gt, ">=": operator.ge}  # fmt: skip
     if op == "~":

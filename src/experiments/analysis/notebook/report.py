@@ -32,17 +32,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+from plotly.offline import get_plotlyjs
+
 from experiments.analysis.notebook.index import build
+from experiments.analysis.notebook.page import PAGE_CSS, PAGE_JS
 from experiments.analysis.notebook.query import _text, evaluate, frame, parse
 from experiments.analysis.runs import identity, printable
 from experiments.analysis.stats import metric_bounds, summarize
 from experiments.errors import UserError, one_line
 from experiments.runs.files import atomic_write, read_yaml
 from experiments.runs.layout import SweepDir
+from experiments.tracking.importance import evaluator_label, is_replicate, spread, swept
 
 MAX_METRICS = 6
 MAX_KEYS = 14
-TOP_CURVES = 10
 STANDARD = ("test/acc", "test/balanced_acc", "test/macro_f1", "val/acc", "val/loss")
 CSP = (
     "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
@@ -93,8 +97,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return ", ".join(printable(str(v)) for v in value)
     try:
-        import pandas as pd
-
         if pd.isna(value):
             return None
     except (TypeError, ValueError):
@@ -208,8 +210,6 @@ def groups(df, metrics: list[str], keys: list[str], configs: dict[str, dict]) ->
 def sweeps(df, records: dict, root: Path, metrics: list[str]) -> list[dict]:
     """Per sweep with two or more finished jobs: the importance of each swept key and the
     jobs' settings for the parallel-coordinates plot."""
-    from experiments.tracking.importance import evaluator_label, is_replicate, spread, swept
-
     out = []
     jobs = df[(df["kind"] == "job") & (df["sweep"] != "")]
     for sweep, members in jobs.groupby("sweep", sort=True):
@@ -254,18 +254,10 @@ def _maybe_number(text: Any) -> Any:
 
 def plotly_bundle() -> str:
     """Plotly's offline bundle, gzipped and base64-encoded (see the module docstring)."""
-    try:
-        from plotly.offline import get_plotlyjs
-    except ImportError:
-        raise UserError(
-            "the report draws with plotly, which is not installed: pip install 'plotly>=6'"
-        ) from None
     return base64.b64encode(gzip.compress(get_plotlyjs().encode(), 9, mtime=0)).decode()
 
 
 def html(data: dict) -> str:
-    from experiments.analysis.notebook.page import PAGE_CSS, PAGE_JS
-
     title = data["title"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
