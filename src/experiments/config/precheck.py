@@ -81,16 +81,11 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     check_args(argv)  # first, on every argument: no flag lets a secret through
     if any(a in PASS_THROUGH or a.split("=")[0] in PASS_THROUGH for a in argv):
         return Checked(argv)
-    flags, overrides, skip_next = [], [], False
+    flags, overrides, value_next = [], [], False
     for arg in argv:
-        if skip_next:
+        if value_next or arg.startswith("-"):
             flags.append(arg)
-            skip_next = False
-        elif arg in WITH_VALUE:
-            flags.append(arg)
-            skip_next = True
-        elif arg.startswith("-"):
-            flags.append(arg)
+            value_next = not value_next and arg in WITH_VALUE
         else:
             overrides.append(arg)
     multirun = any(f in MULTIRUN for f in flags)
