@@ -222,7 +222,7 @@ def test_eval_writes_no_statistics_outside_the_run(tmp_path, data_dir):
 def test_a_corrupt_statistics_file_is_one_line(tmp_path, data_dir):
     run = Path(shutil.copytree(REPO / "tests" / "data" / "run_2026_12_04_cnn", tmp_path / "r"))
     (run / "data_stats.json").write_text('{"mean": [0.5], "std": "x"}')
-    with pytest.raises(UserError, match=r"data_stats\.json: expected mean and std"):
+    with pytest.raises(UserError, match=r"data_stats\.json: data statistics must be"):
         evaluate(run, overrides=[f"paths.data_dir={data_dir}"])
 
 

@@ -61,6 +61,7 @@ import re
 import sys
 from pathlib import Path
 
+from experiments.analysis.confirm import confirm, new_folder
 from experiments.analysis.groups import compare
 from experiments.analysis.report import markdown, write_report
 from experiments.analysis.runs import show_path
@@ -91,8 +92,6 @@ def command(options: dict, overrides: list[str]) -> None:
     out = options["out"] or default_out(paths)
     confirmation = None
     if top_k is not None:
-        from experiments.analysis.confirm import confirm, new_folder
-
         if n_seeds is None:
             n_seeds = max(2, *(len(g.runs) for g in comparison.groups[:top_k]))
         confirmation = confirm(comparison, top_k, n_seeds, new_folder(default_out(paths)))

@@ -72,7 +72,7 @@ def parse(
                 value = "true" if flag else (args.pop(0) if args else "")
             arg = f"{key}={value}"
         key, sep, value = arg.partition("=")
-        if not sep and not arg.startswith("-"):
+        if not sep and not arg.startswith("-") and arg not in own:  # `ckpt`: a value forgotten
             folders.append(arg)  # the run or sweep folder, given positionally
         elif not sep or not key.strip():
             raise UserError(f"argument {arg!r} is not key=value (see --help)")

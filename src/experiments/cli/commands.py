@@ -129,7 +129,7 @@ manifests existed has none: a note, exit 0."""
 
 
 COMPARE_USAGE = f"""\
-usage: python -m experiments.compare <path> [<path> ...] [metric=<name>] [mode=max|min]
+usage: python -m experiments.compare [run_dir=]<path> [<path> ...] [metric=<name>] [mode=max|min]
                                      [out=<folder>] [ignore=<key>,<key>...] [--latex]
                                      [confirm_top_k=K [confirm_seeds=N]]
 
@@ -183,14 +183,51 @@ class Command:
     def body(self, argv: list[str]) -> int | None:
         options, overrides = parse(argv, self.own, self.usage, overrides=self.overrides,
                                    many=self.many)  # fmt: skip
+        typed = self.typed(options)
         if self.opens_run:  # unknown keys and an unreadable run answer before torch loads
             load_run_config(options["run_dir"], split_trust(overrides)[1])
         # the worker (torch, Lightning) is imported only once the arguments are right
-        return importlib.import_module(self.worker).command(self.typed(options), overrides)
+        return importlib.import_module(self.worker).command(typed, overrides)
+
+
+def _evaluate_options(options: dict) -> dict:
+    """eval's posthoc_tau a float, None when not given."""
+    tau = options["posthoc_tau"]
+    try:
+        return {**options, "posthoc_tau": float(tau) if tau else None}
+    except ValueError:
+        raise UserError(f"posthoc_tau={tau!r} is not a number (1.0 is Menon et al.'s)") from None
+
+
+def _export_options(options: dict) -> dict:
+    """export's format one of ``EXPORTED``, its opset a whole number."""
+    if options["format"] not in EXPORTED:
+        raise UserError(
+            f"format={options['format']!r} is not valid; use one of {', '.join(EXPORTED)}"
+        )
+    try:
+        return {**options, "opset": int(options["opset"])}
+    except ValueError:
+        raise UserError(f"opset={options['opset']!r} is not a number (18 is the default)") from None
+
+
+def _verify_options(options: dict) -> dict:
+    """verify's integrity a bool, steps a whole number >= 1 or None (integrity takes none)."""
+    integrity, steps = boolean("integrity", options["integrity"]), options["steps"]
+    if integrity and steps:
+        raise UserError("integrity=true trains nothing: give it without steps=")
+    if steps and (not steps.isdigit() or int(steps) < 1):
+        raise UserError(f"steps={steps!r} is not valid: expected a whole number >= 1")
+    return {**options, "integrity": integrity, "steps": int(steps) if steps else None}
 
 
 RUN = {"run_dir": None, "ckpt": "best"}
-evaluate = Command(EVAL_USAGE, {**RUN, "posthoc_tau": ""}, "experiments.evaluation.evaluate")
+evaluate = Command(
+    EVAL_USAGE,
+    {**RUN, "posthoc_tau": ""},
+    "experiments.evaluation.evaluate",
+    typed=_evaluate_options,
+)
 predict = Command(
     PREDICT_USAGE,
     {**RUN, "input": None, "output": "", "image_dir": "", "device": "auto"},
@@ -198,7 +235,10 @@ predict = Command(
 )
 calibrate = Command(CALIBRATE_USAGE, RUN, "experiments.evaluation.temperature")
 export = Command(
-    EXPORT_USAGE, {**RUN, "format": "onnx", "opset": "18"}, "experiments.evaluation.exporting"
+    EXPORT_USAGE,
+    {**RUN, "format": "onnx", "opset": "18"},
+    "experiments.evaluation.exporting",
+    typed=_export_options,
 )
 verify = Command(
     VERIFY_USAGE,
@@ -206,6 +246,7 @@ verify = Command(
     "experiments.evaluation.verification",
     overrides=False,
     opens_run=False,  # a sweep folder too (integrity=true); the worker reads what it needs
+    typed=_verify_options,
 )
 AUTO = "<auto>"  # an option not given (an empty metric= is an error, not this)
 

@@ -1,9 +1,4 @@
-"""``python -m experiments.eval``: test a finished run's checkpoint again, on its own data split.
-
-Examples:
-    python -m experiments.eval run_dir=outputs/train/runs/2025-01-01_12-00-00_000000
-    python -m experiments.eval run_dir=<run> ckpt=last data.batch_size=256 trainer.accelerator=cpu
-"""
+"""``python -m experiments.eval``: test a finished run's checkpoint again, on its own data split."""
 
 from __future__ import annotations
 
@@ -12,18 +7,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import lightning  # noqa: F401  (before route_lightning_logs: the import adds a handler)
+import torch
+
+from experiments.analysis.calibration import expected_calibration_error, reliability_diagram
+from experiments.console import resume_gc, route_lightning_logs
 from experiments.errors import UserError
-from experiments.evaluation.model_card import (
-    applied_temperature,
-    checkpoint_label,
-    checkpoint_name,
-    write_model_card,
-)
+from experiments.evaluation.model_card import checkpoint_label
 from experiments.evaluation.saved_run import SavedRun
-from experiments.runs.layout import (
-    RunDir,
-    sidecar_epoch,
-)
+from experiments.models.losses import class_prior
+from experiments.models.metrics import run_test, summarize
+from experiments.runs.files import read_json_object, write_json
+from experiments.runs.layout import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +49,6 @@ def evaluate(
             ``_target_``, a checkpoint that is not plain weights or does not fit the net.
     """
     run = SavedRun(run_dir, ckpt, overrides)
-    # imported here: torch + lightning cost seconds, argument mistakes should not wait
-    import lightning  # noqa: F401  (before route_lightning_logs: the import adds a handler)
-
-    from experiments.analysis.calibration import expected_calibration_error, reliability_diagram
-    from experiments.console import resume_gc, route_lightning_logs
-    from experiments.models.metrics import run_test
-    from experiments.runs.files import write_json
-
     route_lightning_logs()
     start = time.perf_counter()
     model, trainer = run.module(), run.trainer()
@@ -70,9 +57,7 @@ def evaluate(
     logits, labels = run.logits("test")
     probs = {"as trained": logits.softmax(dim=1)}
     metrics["test/ece"] = expected_calibration_error(probs["as trained"], labels)
-    temperature, note = applied_temperature(run.layout, run.ckpt)
-    if note is not None:
-        log.info("%s", note)
+    temperature = run.temperature()
     if temperature is not None:
         probs[f"T={temperature:.2f}"] = (logits / temperature).softmax(dim=1)
         metrics["test/ece_calibrated"] = expected_calibration_error(
@@ -81,14 +66,12 @@ def evaluate(
     reliability_diagram(run.layout.reliability_png, {k: (p, labels) for k, p in probs.items()})
     if posthoc_tau is not None:
         metrics.update(_posthoc(run, logits, labels, posthoc_tau))
-
-    sidecar = run.sidecar
-    name = checkpoint_name(run.layout, run.ckpt)
+    name = run.ckpt_name
     summary = {
         **metrics,
         "ckpt": str(run.ckpt.resolve()),
         "ckpt_name": name,
-        "ckpt_epoch": sidecar_epoch(sidecar) if "epoch" in sidecar else None,
+        "ckpt_epoch": run.ckpt_epoch,
         "samples": {"test": int(labels.numel())},
         "run_dir": str(run.path.resolve()),
         "overrides": list(overrides),
@@ -104,15 +87,12 @@ def evaluate(
     summary["evaluations"] = {**_earlier(run.layout), name: dict(summary)}
     write_json(run.layout.eval_metrics, summary)
     _compare_with_training(run.layout, run.ckpt, metrics)
-    write_model_card(run.path)
-    run.refresh_manifest()  # last: what this command wrote, re-hashed (experiments-verify)
+    run.finish()
     return metrics
 
 
 def _earlier(layout: RunDir) -> dict[str, dict]:
     """The latest evaluation of each other checkpoint, from ``eval_metrics.json``."""
-    from experiments.runs.files import read_json_object
-
     kept = read_json_object(layout.eval_metrics).get("evaluations")
     if not isinstance(kept, dict):
         return {}
@@ -120,11 +100,6 @@ def _earlier(layout: RunDir) -> dict[str, dict]:
 
 
 def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:
-    import torch
-
-    from experiments.models.losses import class_prior
-    from experiments.models.metrics import summarize
-
     k = run.datamodule.num_classes
     prior = torch.tensor(class_prior(run.datamodule.train_targets("posthoc_tau"), k))
     adjusted = logits - tau * prior.clamp_min(1e-12).log().float()
@@ -136,18 +111,14 @@ def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:
 
 def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, float]) -> None:
     # training tested the best weights: the same file on the same split must give the same number
-    if ckpt_path.resolve() != layout.best_weights.resolve():
+    if ckpt_path.resolve() != layout.best_weights.resolve() or "test/acc" not in metrics:
         return
-    from experiments.runs.files import read_json_object
-
     try:
         trained = read_json_object(layout.metrics).get("test/acc")
     except UserError as err:  # the comparison is a note: the evaluation itself stands
         log.warning("not compared with the run's metrics: %s", err)
         return
     if not isinstance(trained, int | float) or isinstance(trained, bool):
-        return
-    if trained is None or "test/acc" not in metrics:
         return
     if trained == metrics["test/acc"]:
         log.info("test/acc matches %s (%.4f)", layout.metrics, trained)
@@ -162,12 +133,7 @@ def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, f
 
 def command(options: dict, overrides: list[str]) -> None:
     """``python -m experiments.eval``'s work, once ``cli`` has parsed its arguments."""
-    tau = options["posthoc_tau"]
-    try:
-        tau = float(tau) if tau not in ("", None) else None
-    except ValueError:
-        raise UserError(f"posthoc_tau={tau!r} is not a number (1.0 is Menon et al.'s)") from None
-    metrics = evaluate(options["run_dir"], options["ckpt"], overrides, tau)
+    metrics = evaluate(options["run_dir"], options["ckpt"], overrides, options["posthoc_tau"])
     for key in sorted(metrics):
         print(f"{key}={metrics[key]:.4f}")
     print(f"wrote {RunDir(options['run_dir']).eval_metrics}")

@@ -1,41 +1,32 @@
 """``python -m experiments.export``: a finished run's net as a file to deploy -- ONNX
-(checked with onnxruntime) or TorchScript -- with the run's input normalization inside.
-
-Examples:
-    python -m experiments.export run_dir=outputs/train/runs/2025-01-01_12-00-00_000000
-    python -m experiments.export run_dir=<run> format=torchscript
-"""
+(checked with onnxruntime) or TorchScript -- with the run's input normalization inside."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 
+import numpy as np
+import torch
+
 from experiments.errors import UserError, one_line
-from experiments.evaluation.model_card import checkpoint_name, write_model_card
 from experiments.evaluation.saved_run import SavedRun
-from experiments.runs.layout import sidecar_epoch
+from experiments.runs.files import read_json_object, write_json
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("onnx", "torchscript")
-
 
 def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, overrides=()):
-    """Write the deployable file and return its check (``max_abs_diff``, accuracies).
+    """Write the deployable file (``fmt``: a key of ``runs.layout.EXPORTED``) and return its
+    check (``max_abs_diff``, accuracies).
 
     Raises:
-        UserError: an unknown format or opset, a run without the checkpoint, a missing
+        UserError: an opset onnx cannot write, a run without the checkpoint, a missing
             onnxruntime, a net the exporter cannot trace.
     """
-    if fmt not in FORMATS:
-        raise UserError(f"format={fmt!r} is not valid; use one of {', '.join(FORMATS)}")
     if fmt == "onnx":
         _need("onnx", "onnxscript", "onnxruntime")
     run = SavedRun(run_dir, ckpt, overrides)
-    import torch
-
-    from experiments.runs.files import read_json_object, write_json
-
     deployable = Normalized(run.net, run.normalization()).eval()
     split = "test" if run.has_split("test") else "val"
     x, y = run.first_batch(split)
@@ -60,25 +51,21 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
         "acc_exported": float((got.argmax(1) == y).float().mean()),
         "ckpt": str(run.ckpt),
         # what the model card names: the checkpoint, its epoch and the split checked on
-        "ckpt_name": checkpoint_name(run.layout, run.ckpt),
-        "ckpt_epoch": sidecar_epoch(sidecar) if "epoch" in (sidecar := run.sidecar) else None,
+        "ckpt_name": run.ckpt_name,
+        "ckpt_epoch": run.ckpt_epoch,
         "split": split,
     }
     report = read_json_object(run.layout.export_report)
     report[fmt] = check
     write_json(run.layout.export_report, report)
-    write_model_card(run.path)
-    run.refresh_manifest()  # last: what this command wrote, re-hashed (experiments-verify)
+    run.finish()
     return check
 
 
 def _onnx(net, x, path, opset: int):
-    import logging
-
-    import numpy as np
+    # lazy: onnx and onnxruntime are the optional extra experiments[export] (_need checked)
     import onnx
-    import onnxruntime
-    import torch
+    import onnxruntime  # lazy: as onnx above
 
     newest = onnx.defs.onnx_opset_version()
     if not 7 <= opset <= newest:
@@ -116,8 +103,6 @@ def _onnx(net, x, path, opset: int):
 
 
 def _need(*modules: str) -> None:
-    import importlib.util
-
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         raise UserError(
@@ -126,34 +111,26 @@ def _need(*modules: str) -> None:
         )
 
 
-def Normalized(net, stats):  # noqa: N802 (a factory that reads as the class it makes)
-    """``net`` behind the normalization the run's data module applied to every batch."""
-    import torch
+class Normalized(torch.nn.Module):
+    """``net`` behind the normalization ``stats`` (``(mean, std)`` or None) the run's data
+    module applied to every batch."""
 
-    class _Normalized(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = net
-            channels = None if stats is None else len(stats[0])
-            shape = (1, channels or 1, 1, 1)
-            mean = torch.tensor(stats[0] if stats else [0.0]).view(shape)
-            std = torch.tensor(stats[1] if stats else [1.0]).view(shape)
-            self.register_buffer("mean", mean)
-            self.register_buffer("std", std)
+    def __init__(self, net: torch.nn.Module, stats) -> None:
+        super().__init__()
+        self.net = net
+        shape = (1, len(stats[0]) if stats else 1, 1, 1)
+        self.register_buffer("mean", torch.tensor(stats[0] if stats else [0.0]).view(shape))
+        self.register_buffer("std", torch.tensor(stats[1] if stats else [1.0]).view(shape))
 
-        def forward(self, images):  # (N, C, H, W) in [0, 1]
-            return self.net((images - self.mean) / self.std)
-
-    return _Normalized()
+    def forward(self, images):  # (N, C, H, W) in [0, 1]
+        return self.net((images - self.mean) / self.std)
 
 
 def command(options: dict, overrides: list[str]) -> None:
     """``python -m experiments.export``'s work, once ``cli`` has parsed its arguments."""
-    try:
-        opset = int(options["opset"])
-    except ValueError:
-        raise UserError(f"opset={options['opset']!r} is not a number (18 is the default)") from None
-    check = export(options["run_dir"], options["format"], options["ckpt"], opset, overrides)
+    check = export(
+        options["run_dir"], options["format"], options["ckpt"], options["opset"], overrides
+    )
     print(
         f"wrote {options['run_dir']}/{check['file']}: max |difference| from PyTorch "
         f"{check['max_abs_diff']:.2e} on {check['batch']} {check['split']} images, accuracy "

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from experiments.analysis.calibration import T_RANGE
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write, read_json_object, read_yaml
 from experiments.runs.layout import (
@@ -28,6 +29,7 @@ from experiments.runs.layout import (
     weights_role,
 )
 from experiments.runs.notes import read_tags
+from experiments.secrets import redact_argv
 
 SPLITS = ("train", "val", "test")
 # Markdown punctuation that could start markup inline or end a table cell; "<" and "&" are
@@ -127,8 +129,6 @@ def applied_temperature(layout: RunDir, ckpt: Path) -> tuple[float | None, str |
         UserError: a corrupt ``calibration.json``, or a temperature outside ``T_RANGE``
             (one fitted before the range existed can turn every probability into 1.000).
     """
-    from experiments.analysis.calibration import T_RANGE
-
     path = layout.calibration
     saved = read_json_object(path)
     if not saved:
@@ -279,8 +279,6 @@ def _data(cfg, counts: dict) -> list[str]:
 
 
 def _recipe(cfg, layout: RunDir, metrics: dict) -> list[str]:
-    from experiments.secrets import redact_argv
-
     env = read_json_object(layout.env)
     command = env.get("command")
     command = [str(a) for a in command] if isinstance(command, list) else []

@@ -1,9 +1,4 @@
-"""``python -m experiments.predict``: classify new images with a finished run's checkpoint.
-
-Examples:
-    python -m experiments.predict run_dir=<run> input=new_images/
-    python -m experiments.predict run_dir=<run> input=batch.csv image_dir=/data/imgs output=out.csv
-"""
+"""``python -m experiments.predict``: classify new images with a finished run's checkpoint."""
 
 from __future__ import annotations
 
@@ -13,10 +8,14 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
+from experiments.console import resume_gc
+from experiments.data.datasets import leads_outside
 from experiments.errors import UserError
-from experiments.evaluation.model_card import applied_temperature
 from experiments.evaluation.saved_run import SavedRun
 from experiments.recorded.folder import check_output
+from experiments.runs.files import atomic_write
 from experiments.runs.layout import sidecar_of
 
 log = logging.getLogger(__name__)
@@ -66,17 +65,7 @@ def predict(
     )
     output = check_output(Path(output) if output else run.layout.predictions, run_dir)
     in_shape, class_names = _shape_and_classes(run)
-    temperature, note = applied_temperature(run.layout, run.ckpt)  # experiments.calibrate
-    if note is not None:  # one line: applied (T, file, checkpoint), kept at 1, or not for this one
-        log.info("%s", note)
-    temperature = temperature or 1.0
-
-    # imported here: torch costs seconds, argument mistakes should not wait for it
-    import torch
-
-    from experiments.console import resume_gc
-    from experiments.runs.files import atomic_write
-
+    temperature = run.temperature() or 1.0  # experiments.calibrate's, for this checkpoint
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     read = run.image_reader(in_shape)
@@ -139,9 +128,6 @@ def _list_inputs(
             names = [(rec.get("filename") or "").strip() for rec in reader]
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise UserError(f"cannot read {input}: {err}") from None
-    # imported here: the dataset module loads torch, which --help does not wait for
-    from experiments.data.datasets import leads_outside
-
     root, dirs = base.resolve(), {}  # one resolve per folder, shared by every row
     for row, name in enumerate(names, start=2):
         if not name:

@@ -9,10 +9,23 @@ import logging
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import lightning as L
+import torch
+from omegaconf import OmegaConf
+from torchvision.transforms import v2
 
 from experiments.config import allowlist
-from experiments.errors import UserError
+from experiments.config.schema import check
+from experiments.data.datasets import read_image
+from experiments.data.stats import normalize, read_stats, resolve_stats
+from experiments.errors import UserError, one_line
+from experiments.evaluation.model_card import (
+    applied_temperature,
+    checkpoint_name,
+    write_model_card,
+)
 from experiments.recorded.folder import (
     checkpoint_path,
     load_run_config,
@@ -21,10 +34,9 @@ from experiments.recorded.folder import (
     split_trust,
 )
 from experiments.runs import manifest
-from experiments.runs.layout import RunDir, sidecar_of
-
-if TYPE_CHECKING:
-    import torch
+from experiments.runs.layout import RunDir, sidecar_epoch, sidecar_of
+from experiments.runs.weights import load_state_dict_file
+from experiments.training.build import cluster_plugins, model_extras
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +97,6 @@ class SavedRun:
         self._check()
 
     def _trainer_keys(self) -> dict:
-        from omegaconf import OmegaConf
-
         saved = OmegaConf.to_container(self.cfg, resolve=False).get("trainer")
         saved = saved if isinstance(saved, dict) else {}
         return {k: resolved(self.cfg, f"trainer.{k}") for k in TRAINER_KEYS if k in saved}
@@ -99,62 +109,53 @@ class SavedRun:
         allowlist.check(model, "module", "model", given=MODULE_GIVEN)
         allowlist.check(net, "net", "model.net", given=NET_GIVEN)
         _check_trainer(self.trainer_cfg)
-        from omegaconf import OmegaConf
-
-        from experiments.config.schema import check
-
         # the types and bounds train checks, on the sections as overridden and resolved
         trainer = {"_target_": "lightning.pytorch.Trainer", **self.trainer_cfg}
         check(OmegaConf.create({"data": data, "model": self.model_cfg, "trainer": trainer}))
         stats = data.get("stats_file")
-        if stats is not None and not Path(str(stats)).resolve().is_relative_to(self.path.resolve()):
+        if stats is not None and not Path(stats).resolve().is_relative_to(self.path.resolve()):
             raise UserError(
                 f"data.stats_file={stats} is outside the run folder {self.path}: eval and "
                 f"predict read the run's own statistics and write nowhere else; leave it as "
                 f"the run saved it (data.stats_file={self.layout.data_stats})"
             )
-        self.stats()  # a corrupt statistics file is one line now, not in a data loader
-        root = Path(str(data.get("root", "data")))
-        if data.get("dataset", "digits") == "digits" and not (root / "labels.csv").is_file():
-            # training exports the digits there; a saved run is read, so nothing is written
-            raise UserError(
-                f"data.root={root}: the run's digits are not there (no labels.csv); give the "
-                f"folder that holds them, e.g. paths.data_dir=<folder with digits/>"
-            )
+        if data.get("mean") == "auto" and stats and Path(stats).exists():
+            read_stats(Path(stats))  # a corrupt file is one line now, not in a data loader
 
     def refresh_manifest(self) -> Path | None:
         """Record in the run's ``manifest.json`` the files the command wrote since the run
         was opened (``runs.manifest.refresh``); call it after the command's last write."""
         return manifest.refresh(self.path, self.integrity)
 
+    def finish(self) -> None:
+        """After a command's last write: ``model_card.md`` again, with what the command
+        added, then ``refresh_manifest``."""
+        write_model_card(self.path)
+        self.refresh_manifest()
+
     @property
     def sidecar(self) -> dict:
         """What was recorded with the checkpoint (epoch, metric, in_shape, class names), or {}."""
         return read_sidecar(self.ckpt)
 
-    def stats(self) -> tuple[list[float], list[float]] | None:
-        """``(mean, std)`` the run normalized with (``data_stats.json`` for ``auto``), checked,
-        or None; None too when ``auto``'s file is not there yet."""
-        from experiments.runs.files import read_json_object
+    @property
+    def ckpt_name(self) -> str:
+        """The checkpoint as run files record it (``model_card.checkpoint_name``)."""
+        return checkpoint_name(self.layout, self.ckpt)
 
-        mean, std = self.data_cfg.get("mean"), self.data_cfg.get("std")
-        if mean != "auto":
-            return None if mean is None else (mean, std)
-        file = self.data_cfg.get("stats_file")
-        if file is not None and not isinstance(file, str):
-            raise UserError(f"data.stats_file={file!r} is not a file name")
-        saved = read_json_object(file, missing=None) if file else None
-        if saved is None:
-            return None
-        values = [saved.get("mean"), saved.get("std")]
-        ok = all(isinstance(v, list) and 0 < len(v) <= 4 for v in values)
-        ok = ok and len(values[0]) == len(values[1])
-        if not ok or not all(_finite(x) for v in values for x in v):
-            raise UserError(
-                f"{file}: expected mean and std, one finite number per channel; restore the "
-                f"file, or delete it to compute them again from the training split"
-            )
-        return values[0], values[1]
+    @property
+    def ckpt_epoch(self) -> int | None:
+        """The 1-based epoch the checkpoint's sidecar records, or None."""
+        sidecar = self.sidecar
+        return sidecar_epoch(sidecar) if "epoch" in sidecar else None
+
+    def temperature(self) -> float | None:
+        """The temperature ``experiments.calibrate`` fitted for this checkpoint, or None;
+        logs the line that says whether and why it applies (``applied_temperature``)."""
+        temperature, note = applied_temperature(self.layout, self.ckpt)
+        if note is not None:
+            log.info("%s", note)
+        return temperature
 
     def transform(self, key: str):
         """``data.<key>`` (e.g. ``eval_transform``) built from the vocabulary, or None."""
@@ -180,9 +181,6 @@ class SavedRun:
             UserError: (when called) an unreadable image, or one the transform does not make
                 ``in_shape``.
         """
-        # imported when called: the dataset module loads torch, which --help should not wait for
-        from experiments.data.datasets import read_image
-
         in_shape = tuple(int(v) for v in in_shape)
         mode = {1: "L", 3: "RGB"}[in_shape[0]]
         size = tuple(self.data_cfg.get("image_size") or in_shape[1:])  # (H, W)
@@ -207,8 +205,6 @@ class SavedRun:
         Raises:
             UserError: ``data.mean=auto`` and the run's statistics file is not there.
         """
-        from experiments.data.stats import resolve_stats
-
         # the statistics the run trained with (data_stats.json for `auto`), never recomputed
         mean, std = self.data_cfg.get("mean"), self.data_cfg.get("std")
         stats_file = self.data_cfg.get("stats_file") if mean == "auto" else None
@@ -221,8 +217,6 @@ class SavedRun:
         Raises:
             UserError: ``data.mean=auto`` and the run's statistics file is not there.
         """
-        from experiments.data.stats import normalize
-
         stats = self.input_stats
         return x if stats is None else normalize(x, *stats)
 
@@ -243,8 +237,6 @@ class SavedRun:
         """The plain net, as configured but with no pretrained weights loaded first (the
         checkpoint's replace them, and the file may be gone), with the checkpoint's weights,
         in eval mode."""
-        from experiments.runs.weights import load_state_dict_file
-
         node = dict(self.model_cfg["net"])
         given: dict[str, Any] = {"num_classes": int(num_classes)}
         if str(node["_target_"]).startswith("torchvision.models."):
@@ -266,8 +258,6 @@ class SavedRun:
 
     def module(self):
         """The LightningModule around ``net`` (no optimizer), for ``trainer.test``."""
-        from experiments.training.build import model_extras
-
         model = {k: v for k, v in self.model_cfg.items() if k != "net"}
         model.pop("init_from", None)  # recorded by training; eval starts from the checkpoint
         given = {
@@ -281,11 +271,6 @@ class SavedRun:
 
     def trainer(self):
         """A Trainer on one device from ``TRAINER_KEYS`` of the run's trainer section only."""
-        import lightning as L
-        import torch
-
-        from experiments.training.build import cluster_plugins
-
         if self.trainer_cfg.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
             raise UserError(
                 f"trainer.accelerator={self.trainer_cfg['accelerator']}: no CUDA GPU is visible "
@@ -305,8 +290,6 @@ class SavedRun:
                 enable_model_summary=False,
             )
         except (ValueError, TypeError) as err:
-            from experiments.errors import one_line
-
             raise UserError(f"trainer: {one_line(err)}") from None
 
     def has_split(self, split: str) -> bool:
@@ -320,8 +303,6 @@ class SavedRun:
 
     def logits(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         """The net's logits ``(N, K)`` and the labels ``(N,)`` of a whole split, on the CPU."""
-        import torch
-
         if not self.has_split(split):
             raise UserError(f"{self.path}: the run has no {split} split")
         dm, net = self.datamodule, self.net
@@ -340,16 +321,7 @@ class SavedRun:
 
 
 def _to_tensor():
-    import torch
-    from torchvision.transforms import v2
-
     return v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
-
-
-def _finite(value: Any) -> bool:
-    import math
-
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_override_keys(overrides: Sequence[str]) -> None:

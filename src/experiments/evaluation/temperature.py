@@ -1,19 +1,26 @@
 """``python -m experiments.calibrate``: fit temperature scaling on a finished run's
 validation split and save it with the run; ``predict`` and ``eval`` apply it. A split that
-cannot support the fit keeps T = 1, and says why.
-
-Examples:
-    python -m experiments.calibrate run_dir=outputs/train/runs/2025-01-01_12-00-00_000000
-"""
+cannot support the fit keeps T = 1, and says why."""
 
 from __future__ import annotations
 
 import logging
 
+from experiments.analysis.calibration import (
+    BINS,
+    MIN_PER_CLASS,
+    MIN_SAMPLES,
+    T_RANGE,
+    choose_temperature,
+    expected_calibration_error,
+    nll,
+    reliability_diagram,
+)
 from experiments.errors import UserError
-from experiments.evaluation.model_card import checkpoint_label, checkpoint_name, write_model_card
+from experiments.evaluation.model_card import checkpoint_label
 from experiments.evaluation.saved_run import SavedRun
-from experiments.runs.layout import CALIBRATION, RunDir, sidecar_epoch
+from experiments.runs.files import write_json
+from experiments.runs.layout import CALIBRATION, RunDir
 
 log = logging.getLogger(__name__)
 
@@ -26,24 +33,11 @@ def calibrate(run_dir, ckpt: str = "best", overrides=()) -> dict:
         UserError: what ``SavedRun`` raises, or a run without a validation split.
     """
     run = SavedRun(run_dir, ckpt, overrides)
-    from experiments.analysis.calibration import (
-        BINS,
-        MIN_PER_CLASS,
-        MIN_SAMPLES,
-        T_RANGE,
-        choose_temperature,
-        expected_calibration_error,
-        nll,
-        reliability_diagram,
-    )
-    from experiments.runs.files import write_json
-
     if not run.has_split("val"):
         raise UserError(
             f"{run.path}: the run has no validation split to calibrate on (data.val_fraction=0); "
             f"temperature scaling must be fitted on data the model was not trained on"
         )
-    sidecar = run.sidecar
     logits, labels = run.logits("val")
     choice = choose_temperature(logits, labels)
     t = choice.temperature
@@ -56,8 +50,8 @@ def calibrate(run_dir, ckpt: str = "best", overrides=()) -> dict:
         "min_samples": MIN_SAMPLES,
         "min_per_class": MIN_PER_CLASS,
         "cross_fit": choice.cross_fit,
-        "ckpt": checkpoint_name(run.layout, run.ckpt),
-        "ckpt_epoch": sidecar_epoch(sidecar) if "epoch" in sidecar else None,
+        "ckpt": run.ckpt_name,
+        "ckpt_epoch": run.ckpt_epoch,
         "bins": BINS,
     }
     curves = {}
@@ -88,8 +82,7 @@ def calibrate(run_dir, ckpt: str = "best", overrides=()) -> dict:
         )
     write_json(run.layout.calibration, report)
     reliability_diagram(run.layout.reliability_png, curves)
-    write_model_card(run.path)
-    run.refresh_manifest()  # last: what this command wrote, re-hashed (experiments-verify)
+    run.finish()
     return report
 
 

@@ -2,13 +2,7 @@
 temporary folder and say whether it comes out the same -- metrics and weights bit for bit
 on the machine that ran it, within a printed tolerance on another. ``integrity=true``
 instead checks, in seconds and without training, that the run's (or a sweep's) files are
-the ones its ``manifest.json`` lists.
-
-Examples:
-    python -m experiments.verify run_dir=outputs/train/runs/2025-01-01_12-00-00_000000
-    python -m experiments.verify run_dir=<run> steps=20
-    python -m experiments.verify <run or sweep folder> integrity=true
-"""
+the ones its ``manifest.json`` lists."""
 
 from __future__ import annotations
 
@@ -34,6 +28,7 @@ from experiments.runs.layout import (
     WEIGHTS_ROLES,
     RunDir,
 )
+from experiments.runs.manifest import check_tree
 from experiments.runs.provenance import start_git_probe
 
 VOLATILE = ("wall_time_s", "run_dir", "seed", "epochs", "global_step")  # not results
@@ -45,7 +40,7 @@ def verify(run_dir: str | Path, steps: int | None = None) -> dict:
     """Re-run and compare; returns ``{"match", "exact", "compared", "differences", "notes"}``.
 
     Every file of the run is read as data (``experiments.runs.files``) before anything runs;
-    its overrides are checked entry by entry (``experiments.config.replay``).
+    its overrides are checked entry by entry (``experiments.recorded.replay``).
 
     Raises:
         UserError: no env.json or saved overrides, a corrupt or refused file, a dirty run
@@ -159,9 +154,10 @@ def _metrics(first: RunDir, again: RunDir, exact: bool):
 
 
 def _weights(first: Path, again: Path, exact: bool) -> tuple[int, list[str]]:
+    # lazy: torch takes seconds to import, and integrity=true never needs it
     import torch
 
-    from experiments.runs.weights import safe_load
+    from experiments.runs.weights import safe_load  # lazy: imports torch (see above)
 
     if not first.is_file():
         return 0, [f"{first.name}: missing from the run (training again writes it)"]
@@ -223,8 +219,6 @@ def integrity(folder: str | Path) -> tuple[bool, list[str]]:
     """Check ``folder`` (a run or a sweep, with each job in it) against its manifest(s),
     training nothing. Returns ``(ok, lines to print)``; ok is False only when a listed file
     was modified or removed, or one was added, in a folder that has a manifest."""
-    from experiments.runs.manifest import check_tree
-
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"run_dir={folder}: no such folder")
@@ -249,19 +243,11 @@ def integrity(folder: str | Path) -> tuple[bool, list[str]]:
 def command(options: dict, overrides: list[str]) -> int:
     """``python -m experiments.verify``'s work, once ``cli`` has parsed its arguments: the
     exit code (0 verified or intact, 1 not)."""
-    check = options["integrity"].strip().lower()
-    if check not in ("true", "false"):
-        raise UserError(f"integrity={options['integrity']!r} is not valid: true or false")
-    if check == "true":
-        if options["steps"]:
-            raise UserError("integrity=true trains nothing: give it without steps=")
+    if options["integrity"]:
         ok, lines = integrity(options["run_dir"])
         print("\n".join(lines))
         return 0 if ok else 1
-    steps = options["steps"]
-    if steps and (not steps.isdigit() or int(steps) < 1):
-        raise UserError(f"steps={steps!r} is not valid: expected a whole number >= 1")
-    report = verify(options["run_dir"], int(steps) if steps else None)
+    report = verify(options["run_dir"], options["steps"])
     how = "bit for bit" if report["exact"] else f"within a relative {TOLERANCE:g} (another machine)"
     for note in report["notes"]:
         print(f"note: {note}")

@@ -4,17 +4,33 @@ the building; this module only knows what each object must be handed."""
 from __future__ import annotations
 
 import logging
+import os
+from collections import Counter
 from pathlib import Path
 
+import lightning as L
+import torch
+from hydra.utils import get_object, instantiate
+from lightning.fabric.plugins.environments import (
+    LightningEnvironment,
+    LSFEnvironment,
+    TorchElasticEnvironment,
+)
+from lightning.pytorch.callbacks import LearningRateMonitor
 from omegaconf import DictConfig, OmegaConf
+
+from experiments.compat.lightning import signal_safe_workers
+from experiments.errors import UserError
+from experiments.models.losses import class_prior, inverse_frequency
+from experiments.runs.checkpoint_io import AtomicCheckpointIO
+from experiments.secrets import redacted_config
+from experiments.tracking import previous_wandb_id, wandb_logger
 
 log = logging.getLogger(__name__)
 
 
 def datamodule_and_model(cfg: DictConfig):
     """The data (set up: the model learns its shape and class count from it) and the model."""
-    from hydra.utils import instantiate
-
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -40,8 +56,6 @@ def datamodule_and_model(cfg: DictConfig):
 def model_extras(model_cfg, datamodule) -> dict:
     """What the model takes from the training split: ``class_weights=auto`` (inverse class
     frequency) and, for ``loss=logit_adjusted``, the class prior."""
-    from experiments.models.losses import class_prior, inverse_frequency
-
     extra = {}
     if model_cfg.get("class_weights") == "auto":
         hint = "; give model.class_weights=[w0, w1, ...] instead"
@@ -66,8 +80,6 @@ def _auto_loss(model_cfg, datamodule) -> str:
     Measured on 10:1 long-tailed Fashion-MNIST (docs/models.md): the logit-adjusted loss
     beat plain cross-entropy, class weights and the balanced sampler on every seed; on
     balanced data it is cross-entropy itself (a uniform prior shifts every logit alike)."""
-    from collections import Counter
-
     targets = datamodule.train_targets()
     if targets is None or model_cfg.get("class_weights") is not None:
         reason = "class weights are given" if targets is not None else "no training labels"
@@ -107,8 +119,6 @@ def callbacks(cfg: DictConfig, with_logger: bool) -> list:
         if c and c.get("enabled", True) is not False
     ]
     if not with_logger:
-        from lightning.pytorch.callbacks import LearningRateMonitor
-
         if any(isinstance(c, LearningRateMonitor) for c in built):
             log.info("no logger configured: leaving out the LR monitor, which needs one")
             built = [c for c in built if not isinstance(c, LearningRateMonitor)]
@@ -117,8 +127,6 @@ def callbacks(cfg: DictConfig, with_logger: bool) -> list:
 
 def _without_switch(node: DictConfig):
     """Build a callback from its config minus ``enabled`` (the switch is ours, not its)."""
-    from hydra.utils import instantiate
-
     plain = OmegaConf.to_container(node, resolve=True)
     plain.pop("enabled", None)
     return instantiate(plain)
@@ -126,11 +134,6 @@ def _without_switch(node: DictConfig):
 
 def loggers(cfg: DictConfig, run_dir: Path, resuming: bool) -> list:
     """Every configured logger; a resumed run continues its W&B run."""
-    from hydra.utils import get_object, instantiate
-
-    from experiments.secrets import redacted_config
-    from experiments.tracking import previous_wandb_id, wandb_logger
-
     wandb_id = previous_wandb_id(run_dir) if resuming else None
 
     def continued(node) -> dict:
@@ -149,11 +152,6 @@ def loggers(cfg: DictConfig, run_dir: Path, resuming: bool) -> list:
 
 def trainer(cfg: DictConfig, callbacks: list, loggers: list, train_batches: int | None = None):
     """Lightning's Trainer with atomic, weights-only-loadable full checkpoints."""
-    from hydra.utils import instantiate
-
-    from experiments.compat.lightning import signal_safe_workers
-    from experiments.runs.checkpoint_io import AtomicCheckpointIO
-
     _check_accelerator(cfg)
     built = instantiate(
         cfg.trainer,
@@ -168,10 +166,6 @@ def trainer(cfg: DictConfig, callbacks: list, loggers: list, train_batches: int 
 
 def _check_accelerator(cfg: DictConfig) -> None:
     """Asking for a GPU on a machine without one is one line (Lightning's is a traceback)."""
-    import torch
-
-    from experiments.errors import UserError
-
     accelerator = str(cfg.trainer.get("accelerator", "auto"))
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise UserError(
@@ -185,14 +179,6 @@ def cluster_plugins() -> list:
     would look for SLURM and, finding ``srun`` installed but unused, warn on every run of
     every machine that has SLURM. Under SLURM, torchrun, LSF or MPI: Lightning detects (as
     it never detects Kubeflow: give ``trainer.plugins`` for that)."""
-    import os
-
-    from lightning.fabric.plugins.environments import (
-        LightningEnvironment,
-        LSFEnvironment,
-        TorchElasticEnvironment,
-    )
-
     if os.environ.get("SLURM_JOB_ID") or os.environ.get("OMPI_COMM_WORLD_SIZE"):
         return []
     if TorchElasticEnvironment.detect() or LSFEnvironment.detect():
@@ -218,8 +204,6 @@ def single_device_tester(cfg: DictConfig, trainer, loggers: list):
     repeated samples, so one device scores every test image exactly once."""
     if trainer.world_size <= 1:
         return trainer
-    import lightning as L
-
     return L.Trainer(
         plugins=cluster_plugins(),
         accelerator=trainer.accelerator,
@@ -231,8 +215,3 @@ def single_device_tester(cfg: DictConfig, trainer, loggers: list):
         callbacks=[],
         precision=cfg.trainer.get("precision", "32-true"),
     )
-
-
-def plain(cfg: DictConfig) -> dict:
-    """The config as plain containers, interpolations unresolved (for ``_target_`` checks)."""
-    return OmegaConf.to_container(cfg, resolve=False)

@@ -18,9 +18,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from experiments.analysis.stats import summarize
 from experiments.errors import UserError
-from experiments.runs.files import read_json
+from experiments.runs.files import atomic_write, read_json, write_json
 from experiments.runs.layout import RunDir
+from experiments.runs.manifest import write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +63,6 @@ def _fold_config(cfg: DictConfig, k: int, fold: RunDir) -> DictConfig:
 
 def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
     """``metrics.json`` (fold means, ``_std``, every fold) and ``cv.md``; returns the means."""
-    from experiments.analysis.stats import summarize
-    from experiments.runs.files import atomic_write, write_json
-    from experiments.runs.manifest import write_manifest
-
     keys = [
         k
         for k, v in per_fold[0].items()

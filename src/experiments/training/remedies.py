@@ -20,8 +20,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from experiments.callbacks.fault_tolerance import Diverged
 from experiments.console import in_sweep
 from experiments.errors import UserError, find_in_chain, one_line
 from experiments.runs.files import read_json_object, write_json
@@ -38,8 +40,6 @@ OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "not enough memory")
 
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` is a tensor allocation that did not fit, on any device."""
-    import torch
-
     oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     if isinstance(err, oom):
         return True
@@ -50,8 +50,6 @@ def is_out_of_memory(err: BaseException) -> bool:
 def train_with_remedies(cfg: DictConfig, train: Callable[[DictConfig], dict]) -> dict | None:
     """``train(cfg)``, healed where a remedy applies; None for a sweep job that diverged
     past its retries (recorded in metrics.json as such)."""
-    from experiments.callbacks.fault_tolerance import Diverged
-
     applied: list[str] = []
     while True:
         try:
@@ -133,8 +131,6 @@ def _set_aside_checkpoints(cfg: DictConfig, attempt: int) -> None:
 
 
 def _free_memory() -> None:
-    import torch
-
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
