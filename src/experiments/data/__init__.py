@@ -11,14 +11,5 @@ from experiments.data.datamodule import (
 from experiments.data.datasets import CsvImageDataset, export_digits
 from experiments.data.transforms import OneHot
 
-__all__ = [
-    "CsvData",
-    "CsvImageDataset",
-    "DatasetData",
-    "DigitsData",
-    "ImageData",
-    "ImageDataModule",
-    "OneHot",
-    "TorchvisionData",
-    "export_digits",
-]
+__all__ = ["CsvData", "CsvImageDataset", "DatasetData", "DigitsData", "ImageData",
+           "ImageDataModule", "OneHot", "TorchvisionData", "export_digits"]  # fmt: skip

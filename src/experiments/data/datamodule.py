@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 # each class is a dataclass: its fields are its typed constructor arguments (the config)
 _config = dataclass(eq=False, repr=False, kw_only=True)
+_WHY_SIZE = Why("each image is resized to it in memory (4096x4096 RGB is 200 MB as float32)")
+ImageSize = Annotated[Sequence[Annotated[int, Ge(1), Le(4096)]], Length(2), _WHY_SIZE]
 
 
 @_config
@@ -133,6 +135,15 @@ class ImageData(L.LightningDataModule):
         if self.cache_transformed == "auto":
             return is_deterministic(transform) and is_deterministic(self.target_transform)
         return bool(self.cache_transformed)
+
+    def read_options(self, transform: Callable | None) -> dict:
+        """How a built-in source's Dataset reads samples made with ``transform``."""
+        return dict(
+            transform=transform,
+            target_transform=self.target_transform,
+            cache_samples=self.cache_samples(transform),
+            cache_max_mb=self.cache_max_mb,
+        )
 
     # -- the composition ------------------------------------------------------------------
 
@@ -283,14 +294,7 @@ class CsvData(ImageData):
     image_dir: str
     test_csv_file: str | None = None
     image_mode: Literal["L", "RGB"] | None = None
-    image_size: (
-        Annotated[
-            Sequence[Annotated[int, Ge(1), Le(4096)]],
-            Length(2),
-            Why("each image is resized to it in memory (4096x4096 RGB is 200 MB as float32)"),
-        ]
-        | None
-    ) = None
+    image_size: ImageSize | None = None
     cache: bool = False
     follow_symlinks: bool = False
     dataset: Literal["image_csv"] = "image_csv"
@@ -301,18 +305,10 @@ class CsvData(ImageData):
             first = sources.first_image(self.csv_file, self.image_dir, self.follow_symlinks)
             mode, size = mode or first[0], size or first[1]
         return sources.csv_sets(
-            self.csv_file,
-            self.image_dir,
-            self.test_csv_file,
-            mode,
-            tuple(size),
-            cache=self.cache,
-            transform=transform,
-            target_transform=self.target_transform,
-            cache_samples=self.cache_samples(transform),
-            cache_max_mb=self.cache_max_mb,
+            self.csv_file, self.image_dir, self.test_csv_file, **self.read_options(transform),
+            image_mode=mode, image_size=tuple(size), cache=self.cache,
             follow_symlinks=self.follow_symlinks,
-        )
+        )  # fmt: skip
 
 
 @_config
@@ -366,15 +362,9 @@ class DigitsData(DatasetData):
                 f"paths.data_dir=<folder with digits/>"
             )
         return sources.csv_sets(
-            str(folder / "labels.csv"),
-            str(folder / "images"),
-            image_mode="L",
-            cache=self.cache,
-            transform=transform,
-            target_transform=self.target_transform,
-            cache_samples=self.cache_samples(transform),
-            cache_max_mb=self.cache_max_mb,
-        )
+            str(folder / "labels.csv"), str(folder / "images"), **self.read_options(transform),
+            image_mode="L", cache=self.cache,
+        )  # fmt: skip
 
     def fixed(self, dataset: Dataset) -> bool:
         return self.dataset is None

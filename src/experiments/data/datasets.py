@@ -25,15 +25,8 @@ from experiments.runs.files import write_problem
 log = logging.getLogger(__name__)
 
 IMAGE_MODES = ("L", "RGB")
-__all__ = [
-    "MAX_CLASSES",
-    "CsvImageDataset",
-    "decode",
-    "export_digits",
-    "leads_outside",
-    "peek_image",
-    "read_image",
-]
+__all__ = ["MAX_CLASSES", "CsvImageDataset", "decode", "export_digits", "leads_outside",
+           "peek_image", "read_image"]  # fmt: skip
 
 
 def read_image(path: Path, mode: str, size: Sequence[int] | None = None) -> Image.Image:

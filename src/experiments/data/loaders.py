@@ -47,13 +47,10 @@ class _Resumable:
 
 
 class ResumableLoader(_Resumable, DataLoader):
-    """A DataLoader with ``state_dict`` / ``load_state_dict``: Lightning saves the state of
-    such a train loader in every checkpoint and hands it back on resume before the first
-    batch is drawn, so a run resumed mid-epoch skips exactly the batches already trained on.
-
-    The order itself is the sampler's (``EpochShuffleSampler``: a function of seed and
-    epoch), so skipping the first ``batches * batch_size`` indices of that epoch's order
-    reproduces the uninterrupted run's batches.
+    """A DataLoader with ``state_dict`` / ``load_state_dict`` (``_Resumable``). The order is
+    the sampler's (``EpochShuffleSampler``: a function of seed and epoch), so skipping the
+    first ``batches * batch_size`` indices of that epoch's order reproduces the
+    uninterrupted run's batches.
 
     Args:
         position: returns ``(epoch, batches of it already trained on)``; the loader cannot

@@ -96,36 +96,14 @@ def first_image(csv_file: str, image_dir: str, follow_symlinks: bool) -> tuple[s
 
 
 def csv_sets(
-    csv_file: str,
-    image_dir: str,
-    test_csv_file: str | None = None,
-    image_mode: str = "L",
-    image_size: tuple[int, int] | None = None,
-    *,
-    cache: bool,
-    transform: Callable | None,
-    target_transform: Callable | None,
-    cache_samples: bool = False,
-    cache_max_mb: float = 1024.0,
-    follow_symlinks: bool = False,
+    csv_file: str, image_dir: str, test_csv_file: str | None = None, **options
 ) -> tuple[Dataset, Dataset | None]:
-    """A CSV-indexed image folder, with an optional separate test CSV (same image_dir)."""
-    common = dict(
-        image_dir=image_dir,
-        transform=transform,
-        target_transform=target_transform,
-        image_mode=image_mode,
-        image_size=image_size,
-        cache=cache,
-        cache_samples=cache_samples,
-        cache_max_mb=cache_max_mb,
-        follow_symlinks=follow_symlinks,
-    )
-    train = CsvImageDataset(csv_file, **common)
-    test = None
-    if test_csv_file:
-        test = CsvImageDataset(test_csv_file, classes=train.classes, **common)
-    return train, test
+    """A CSV-indexed image folder (``options``: ``CsvImageDataset``'s), with an optional
+    separate test CSV (same folder, the training CSV's classes)."""
+    train = CsvImageDataset(csv_file, image_dir, **options)
+    if not test_csv_file:
+        return train, None
+    return train, CsvImageDataset(test_csv_file, image_dir, classes=train.classes, **options)
 
 
 def class_names(dataset) -> list[str]:

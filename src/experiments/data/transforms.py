@@ -31,20 +31,8 @@ class OneHot:
 # transforms that map the same input to the same output every time (torchvision classes
 # by name, in both transforms and transforms.v2); anything else counts as random
 DETERMINISTIC = frozenset(
-    {
-        "CenterCrop",
-        "ConvertImageDtype",
-        "Grayscale",
-        "Identity",
-        "Normalize",
-        "PILToTensor",
-        "Resize",
-        "ToDtype",
-        "ToImage",
-        "ToPILImage",
-        "ToPureTensor",
-        "ToTensor",
-    }
+    "CenterCrop ConvertImageDtype Grayscale Identity Normalize PILToTensor Resize ToDtype "
+    "ToImage ToPILImage ToPureTensor ToTensor".split()
 )
 
 
