@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import re
+import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from PIL import Image
 from torchvision.transforms import v2
 
@@ -25,7 +27,7 @@ from experiments.data.images import peek_image
 from experiments.errors import UserError
 from experiments.evaluation.model_card import write_model_card
 from experiments.models.metrics import summarize
-from tests.helpers import run_inproc, write_image_folder
+from tests.helpers import REPO, run_inproc, write_image_folder
 
 TO_TENSOR = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
 
@@ -482,3 +484,27 @@ def test_model_card_refuses_a_corrupt_counts_file_or_config_in_one_line(tmp_path
     (run / ".hydra" / "config.yaml").write_text(bomb)
     with pytest.raises(UserError, match=r"config\.yaml: its aliases expand"):
         write_model_card(run)
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        ({"bogus": 1}, "data.bogus: experiments.data.ImageDataModule has no"),
+        (  # a source's class with a key of another source's
+            {"_target_": "experiments.data.DigitsData", "dataset": None, "csv_file": "x.csv"},
+            "data.csv_file: experiments.data.DigitsData has no argument 'csv_file'",
+        ),
+    ],
+)
+def test_a_saved_data_key_its_source_does_not_take_is_refused(tmp_path, data_dir, edit, named):
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "tests" / "data" / "run_2026_12_04_mlp", run)
+    path = run / ".hydra" / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["data"].update(edit)
+    path.write_text(yaml.safe_dump(cfg))
+    res = run_inproc("-m", "experiments.eval", f"run_dir={run}", f"paths.data_dir={data_dir}",
+                     cwd=tmp_path)  # fmt: skip
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and named in lines[0], res.stderr[-2000:]
+    assert not (run / "eval_metrics.json").exists()
