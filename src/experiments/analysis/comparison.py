@@ -1,10 +1,6 @@
 """``python -m experiments.compare``: runs grouped by config, mean ± std and a 95% CI per
-group at each run's selected epoch, and a verdict on whether the best is really best.
-
-Examples:
-    python -m experiments.compare outputs/train/multiruns/2025-01-01_12-00-00_000000
-    python -m experiments.compare outputs/transfer 'outputs/other/runs/*' metric=val/loss
-    python -m experiments.compare outputs/sweep confirm_top_k=2
+group at each run's selected epoch, and a verdict on whether the best is really best (the
+metric, the statistics and the files written: ``cli.commands.COMPARE_USAGE``).
 
 Finding runs: each path is a run folder, any folder above run folders (searched
 recursively; hidden folders and the insides of a run are not searched) or a glob pattern
@@ -12,14 +8,6 @@ recursively; hidden folders and the insides of a run are not searched) or a glob
 compared when ``metrics.json`` reads as a JSON object with a finite number for the metric
 and ``.hydra/config.yaml`` reads as a YAML mapping; otherwise it is skipped and listed
 with the reason (unfinished or failed runs included). A run reached twice counts once.
-
-The metric: by default each run's own ``optimized_metric`` (its saved config's, the one
-its best checkpoint was chosen by) and ``optimized_mode``; runs that optimize different metrics
-need ``metric=``. Test metrics are shown beside it and never used to rank (``metric=test/...``
-is allowed, with a note). Every value is of the run's selected epoch: a validation metric
-is ``checkpoints/best.json``'s value (or the csv row of that epoch), a test metric is of
-the best checkpoint's weights; a run that kept none has its last epoch's value, labelled
-last.
 
 Grouping rule: runs are grouped by their saved config (``.hydra/config.yaml`` as Hydra
 wrote it, interpolations left unresolved, so no Hydra runtime is needed), flattened to
@@ -39,19 +27,6 @@ without being a choice of the experiment:
 
 Every other key must be equal (same type and value, as saved) for two runs to share a
 group. Only keys whose values differ between groups are shown.
-
-Statistics (``experiments.analysis.stats`` and ``.verdict``): per group n, mean, sample
-std and the 95% interval of the mean, Student's t, kept inside [0, 1] for a fraction
-(accuracy, F1, recall, ...). The first group is tested against each other one: a paired t
-on per-seed differences when both ran the same seeds, else Welch's t; Holm-adjusted with
-three groups or more. It is marked best only when it beats every other at 95%; otherwise
-the groups it cannot be told apart from are marked tie, with about how many seeds would
-decide it (at most "more than 100") or "no difference detectable".
-
-Writes ``compare.md``, ``compare.csv`` (one row per group) and ``compare.png`` (the metric
-by epoch, or val/acc, from each run's ``csv/metrics.csv``) into ``out``. Reads only text
-files: no torch, Lightning or Hydra runtime, and matplotlib only for the PNG;
-``confirm_top_k=`` starts the train CLI.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
-"""The command line: one argument grammar and one error path for every command.
-
-Every command reads its arguments the same way (``parse``):
-
-- ``-h``, ``--help`` or ``help`` prints the command's usage and exits 0;
-- a run or sweep folder is given positionally or as ``run_dir=`` (``compare`` takes
-  several);
-- ``key=value`` sets one of the command's own options, ``--key=value`` and ``--key value``
-  too, and ``--flag`` sets a true/false option to true;
-- any other ``key=value`` (or ``+key=value``) changes the run's saved config, for the
-  commands that rebuild a run; the others refuse it, naming their options;
-- ``trust_modified=true|false`` is checked here and passed on with the overrides
-  (``SavedRun`` takes it out again), so no command carries it.
-
-A mistake is one ``error: <line>`` on stderr and exit 2 (``run``); nothing heavier than
-the run folder's YAML is read before the arguments are known to be right.
+"""The command line: one argument grammar (``parse``) and one error path (``run``) for every
+command. A mistake is one ``error: <line>`` on stderr and exit 2; nothing heavier than the
+run folder's YAML is read before the arguments are known to be right.
 """
 
 from __future__ import annotations
@@ -41,7 +28,12 @@ def parse(
     overrides: bool = True,
     many: bool = False,
 ) -> tuple[dict, list[str]]:
-    """Split a command's arguments into its own options and config overrides.
+    """Split a command's arguments into its own options and config overrides: ``-h``,
+    ``--help`` or ``help`` prints ``usage``; a run or sweep folder comes positionally or as
+    ``run_dir=``; ``key=value`` (also ``--key=value``, ``--key value``) sets an own option;
+    any other ``key=value`` (or ``+key=value``) is an override of the run's saved config;
+    ``trust_modified=true|false`` is checked here and passed on with the overrides
+    (``SavedRun`` takes it out again), so no command carries it.
 
     Args:
         argv: the arguments after the program name.

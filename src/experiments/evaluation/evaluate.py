@@ -13,7 +13,7 @@ import torch
 from experiments.analysis.calibration import expected_calibration_error, reliability_diagram
 from experiments.console import resume_gc, route_lightning_logs
 from experiments.errors import UserError
-from experiments.evaluation.model_card import checkpoint_label
+from experiments.evaluation.model_card import checkpoint_label, evaluations
 from experiments.evaluation.saved_run import SavedRun
 from experiments.models.losses import class_prior
 from experiments.models.metrics import run_test, summarize
@@ -84,19 +84,12 @@ def evaluate(
     )
     # the newest evaluation at the top (as before), and every checkpoint's latest one kept
     # under "evaluations", so the card shows the best and last weights apart, each labelled
-    summary["evaluations"] = {**_earlier(run.layout), name: dict(summary)}
+    earlier = list(evaluations(run.layout).items())[-MAX_KEPT:]
+    summary["evaluations"] = {**dict(earlier), name: dict(summary)}
     write_json(run.layout.eval_metrics, summary)
     _compare_with_training(run.layout, run.ckpt, metrics)
     run.finish()
     return metrics
-
-
-def _earlier(layout: RunDir) -> dict[str, dict]:
-    """The latest evaluation of each other checkpoint, from ``eval_metrics.json``."""
-    kept = read_json_object(layout.eval_metrics).get("evaluations")
-    if not isinstance(kept, dict):
-        return {}
-    return {str(k): v for k, v in list(kept.items())[-MAX_KEPT:] if isinstance(v, dict)}
 
 
 def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:

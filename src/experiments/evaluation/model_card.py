@@ -113,12 +113,6 @@ def _label(name: Any, epoch: Any) -> str:
     return checkpoint_label(name if _own_role(name) else md_code(name), epoch)
 
 
-def _epoch_of(sidecar_file: Path) -> int | None:
-    """The 1-based epoch a checkpoint's sidecar records, or None (no sidecar)."""
-    sidecar = read_sidecar(sidecar_file)
-    return sidecar_epoch(sidecar) if "epoch" in sidecar else None
-
-
 def applied_temperature(layout: RunDir, ckpt: Path) -> tuple[float | None, str | None]:
     """The temperature ``experiments.calibrate`` saved for checkpoint ``ckpt``, and the one
     line that says whether and why it is applied: ``(T, line)`` when it is, ``(None, line)``
@@ -144,7 +138,7 @@ def applied_temperature(layout: RunDir, ckpt: Path) -> tuple[float | None, str |
     name = checkpoint_name(layout, ckpt)
     fitted_for = saved.get("ckpt")
     fitted_for = fitted_for if _own_role(fitted_for) else checkpoint_name(layout, fitted_for)
-    epoch, now = saved.get("ckpt_epoch"), _epoch_of(sidecar_of(ckpt))
+    epoch, now = saved.get("ckpt_epoch"), _epoch(read_sidecar(sidecar_of(ckpt)))
     again = f"run experiments-calibrate run_dir={layout.path} ckpt=<it> to fit one"
     if fitted_for != name:
         return None, (
@@ -341,7 +335,7 @@ def _epoch(sidecar: dict) -> int | None:
     return sidecar_epoch(sidecar) if "epoch" in sidecar else None
 
 
-def _evaluations(layout: RunDir) -> dict[str, dict]:
+def evaluations(layout: RunDir) -> dict[str, dict]:
     """``experiments.eval``'s results by checkpoint name, from ``eval_metrics.json`` (its
     ``evaluations``; a file from before they were kept is the one checkpoint it names)."""
     saved = read_json_object(layout.eval_metrics)
@@ -359,7 +353,7 @@ def _results(
 ) -> list[str]:
     """One section per checkpoint tested: the selected one first (training's own test of
     best weights, or eval's of the same epoch), then each other one eval tested."""
-    evaluated = _evaluations(layout)
+    evaluated = evaluations(layout)
     sections = []
     now = {"best": _epoch(best) if best else None, "last": _epoch(last) if last else None}
     best_name = layout.best_weights.name

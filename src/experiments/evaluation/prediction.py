@@ -35,10 +35,9 @@ def predict(
 ) -> Path:
     """Predict the class of every input image and write a CSV of ``file,predicted,probability``.
 
-    Images are read as the run's eval data reads them (``SavedRun.image_reader``: the
-    dataset's decoder, the mode and size of the checkpoint's sidecar ``in_shape``, the
-    run's ``data.eval_transform``, its statistics). The probabilities are temperature-scaled
-    when ``experiments.calibrate`` fitted a temperature for the run.
+    Images are read as the run's eval data reads them (``SavedRun.image_reader``), at the
+    checkpoint's sidecar ``in_shape``; probabilities are temperature-scaled when
+    ``experiments.calibrate`` fitted a temperature for this checkpoint.
 
     Args:
         run_dir: a folder made by ``python -m experiments.train``.

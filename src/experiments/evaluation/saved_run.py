@@ -108,8 +108,13 @@ class SavedRun:
         allowlist.check(data, "data", "data")
         allowlist.check(model, "module", "model", given=MODULE_GIVEN)
         allowlist.check(net, "net", "model.net", given=NET_GIVEN)
-        _check_trainer(self.trainer_cfg)
-        # the types and bounds train checks, on the sections as overridden and resolved
+        accelerator = self.trainer_cfg.get("accelerator", "auto")
+        if accelerator not in ACCELERATORS:
+            raise UserError(
+                f"trainer.accelerator={accelerator!r} is not valid; use one of {ACCELERATORS}"
+            )
+        # the types and bounds train checks (the trainer's too), on the sections as overridden
+        # and resolved
         trainer = {"_target_": "lightning.pytorch.Trainer", **self.trainer_cfg}
         check(OmegaConf.create({"data": data, "model": self.model_cfg, "trainer": trainer}))
         stats = data.get("stats_file")
@@ -169,13 +174,9 @@ class SavedRun:
 
     def image_reader(self, in_shape: Sequence[int]) -> Callable[[Path], torch.Tensor]:
         """A function from one image file to the net's input ``(C, H, W)`` as the run's eval
-        data makes it, before normalization (``normalize``): read by the dataset's own reader
-        (``data.datasets.read_image``: the decompression-bomb limit, 16-bit and float images
-        scaled to 8 bits, any decoder error one line naming the file) in the mode of
-        ``in_shape``'s channels (1: ``L``, 3: ``RGB``), resized as ``CsvImageDataset`` does to
-        the size images had in training (``data.image_size``, else ``in_shape``'s: true unless
-        the eval transform itself resizes or crops), through ``data.eval_transform`` (to a
-        float tensor in [0, 1] without one).
+        data makes it, before ``normalize``: the dataset's own reader (``read_image``) in the
+        mode of ``in_shape``'s channels, at the size images had in training
+        (``data.image_size``, else ``in_shape``'s), then ``data.eval_transform``.
 
         Raises:
             UserError: (when called) an unreadable image, or one the transform does not make
@@ -334,24 +335,3 @@ def _check_override_keys(overrides: Sequence[str]) -> None:
                 f"{', '.join(f'trainer.{k}' for k in TRAINER_KEYS)}; data.*, model.* and paths.* "
                 f"may be set)"
             )
-
-
-def _check_trainer(keys: dict) -> None:
-    accelerator = keys.get("accelerator", "auto")
-    if accelerator not in ACCELERATORS:
-        raise UserError(
-            f"trainer.accelerator={accelerator!r} is not valid; use one of {ACCELERATORS}"
-        )
-    checks = {
-        "precision": lambda v: isinstance(v, str | int) and not isinstance(v, bool),
-        "deterministic": lambda v: v in (None, True, False, "warn"),
-        "benchmark": lambda v: v in (None, True, False),
-        "limit_test_batches": lambda v: (
-            v is None
-            or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
-            or (isinstance(v, float) and 0.0 <= v <= 1.0)
-        ),
-    }
-    for key, ok in checks.items():
-        if key in keys and not ok(keys[key]):
-            raise UserError(f"trainer.{key}={keys[key]!r} is not valid for eval")

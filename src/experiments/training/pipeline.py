@@ -1,11 +1,5 @@
 """Training: ``train(cfg)`` trains and tests one model, and ``task`` is the Hydra task
-``python -m experiments.train`` runs (one run, or one job of a sweep).
-
-Examples:
-    python -m experiments.train model=cnn optimizer.lr=0.05
-    python -m experiments.train -m optimizer.lr=0.01,0.1
-    python -m experiments.train resume=auto
-"""
+``python -m experiments.train`` runs (one run, or one job of a sweep)."""
 
 from __future__ import annotations
 
@@ -100,7 +94,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
         trainer = build.trainer(cfg, callbacks, loggers, train_batches=_batches(datamodule))
         if trainer.is_global_zero:
             log.info("run: %s -> %s", what_runs(cfg, trainer), run_dir)
-        if trainer.is_global_zero:
             write_environment(run_dir, cfg.seed, str(trainer.strategy.root_device), git())
         resume_gc()  # start-up is over: what it allocated stays, so later collections skip it
         metrics, chosen = _fit_and_test(
