@@ -292,7 +292,7 @@ def test_bad_cache_setting_names_the_key(make_cfg):
         ("digits", "+data.csv_file=x.csv", "DigitsData"),
         ("mnist", "+data.cache=true", "TorchvisionData"),
         ("image_csv", "+data.download=true", "CsvData"),
-        ("cifar10", "+data.follow_symlinks=true", "TorchvisionData"),
+        ("cifar10", "+data.test_csv_file=t.csv", "TorchvisionData"),
     ],
 )
 def test_a_key_the_chosen_source_does_not_take_is_an_unknown_key(make_cfg, option, key, target):

@@ -76,6 +76,10 @@ class ImageData(L.LightningDataModule):
         mixup_alpha: > 0 mixes training batches (MixUp, Beta(alpha, alpha)).
         cutmix_alpha: > 0 pastes patches across training batches (CutMix); with both,
             each batch gets one of the two at random.
+        follow_symlinks: read image files through symlinks that resolve outside their
+            folder (a CSV source's ``image_dir``; predict's input, for a run of any source).
+            Refused by default, naming the CSV row; names that are absolute or climb out
+            with ``..`` are always refused.
     """
 
     train_transform: Callable | None = None
@@ -102,6 +106,7 @@ class ImageData(L.LightningDataModule):
     stats_file: str | None = None
     mixup_alpha: Annotated[float, Ge(0)] = 0.0
     cutmix_alpha: Annotated[float, Ge(0)] = 0.0
+    follow_symlinks: bool = False
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -284,9 +289,6 @@ class CsvData(ImageData):
         image_size: ``[height, width]`` every image is resized to; None: the first image's
             size (so a folder of mixed sizes still batches).
         cache: keep decoded images in memory after their first use.
-        follow_symlinks: read files through symlinks that resolve outside ``image_dir``
-            (refused by default, naming the CSV row; file names that are absolute or climb
-            out with ``..`` are always refused).
         dataset: the source's name, as run folders record it.
     """
 
@@ -296,7 +298,6 @@ class CsvData(ImageData):
     image_mode: Literal["L", "RGB"] | None = None
     image_size: ImageSize | None = None
     cache: bool = False
-    follow_symlinks: bool = False
     dataset: Literal["image_csv"] = "image_csv"
 
     def sets(self, transform: Callable | None) -> tuple[Dataset, Dataset | None]:
