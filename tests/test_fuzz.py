@@ -368,8 +368,8 @@ def test_checkpoint_sidecar(world, data):
 @given(data=st.data())
 def test_metrics_json(world, data):
     from experiments.analysis.runs import Run, read_run
-    from experiments.evaluation.model_card import write_model_card
     from experiments.runs.sweep import finished_metrics
+    from experiments.training.model_card import write_model_card
 
     name = "metrics.json"
     text = data.draw(hostile_file(original(world, name), "json", world["marker"]), label=name)
@@ -413,8 +413,8 @@ def test_job_json(world, data):
 @FUZZ
 @given(data=st.data())
 def test_env_json(world, data):
-    from experiments.evaluation.model_card import write_model_card
     from experiments.runs.files import read_json_object
+    from experiments.training.model_card import write_model_card
 
     name = "env.json"
     text = data.draw(hostile_file(original(world, name), "json", world["marker"]), label=name)

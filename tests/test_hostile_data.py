@@ -25,8 +25,8 @@ from experiments.data import CsvData, CsvImageDataset
 from experiments.data.csv_index import MAX_CLASSES
 from experiments.data.images import peek_image
 from experiments.errors import UserError
-from experiments.evaluation.model_card import write_model_card
 from experiments.models.metrics import summarize
+from experiments.training.model_card import write_model_card
 from tests.helpers import REPO, run_inproc, write_image_folder
 
 TO_TENSOR = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])

@@ -13,12 +13,12 @@ import torch
 from experiments.analysis.calibration import expected_calibration_error, reliability_diagram
 from experiments.console import resume_gc, route_lightning_logs
 from experiments.errors import UserError
-from experiments.evaluation.model_card import checkpoint_label, evaluations
 from experiments.evaluation.saved_run import SavedRun
 from experiments.models.losses import class_prior
 from experiments.models.metrics import run_test, summarize
 from experiments.runs.files import read_json_object, write_json
 from experiments.runs.layout import RunDir
+from experiments.training.model_card import checkpoint_label, evaluations
 
 log = logging.getLogger(__name__)
 

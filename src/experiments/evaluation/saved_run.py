@@ -21,11 +21,6 @@ from experiments.config.schema import check
 from experiments.data.datasets import read_image
 from experiments.data.stats import normalize, read_stats, resolve_stats
 from experiments.errors import UserError, one_line
-from experiments.evaluation.model_card import (
-    applied_temperature,
-    checkpoint_name,
-    write_model_card,
-)
 from experiments.recorded.folder import (
     checkpoint_path,
     load_run_config,
@@ -37,6 +32,11 @@ from experiments.runs import manifest
 from experiments.runs.layout import RunDir, sidecar_epoch, sidecar_of
 from experiments.runs.weights import load_state_dict_file
 from experiments.training.build import cluster_plugins, model_extras
+from experiments.training.model_card import (
+    applied_temperature,
+    checkpoint_name,
+    write_model_card,
+)
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from experiments.analysis.calibration import (
     reliability_diagram,
 )
 from experiments.errors import UserError
-from experiments.evaluation.model_card import checkpoint_label
 from experiments.evaluation.saved_run import SavedRun
 from experiments.runs.files import write_json
 from experiments.runs.layout import CALIBRATION, RunDir
+from experiments.training.model_card import checkpoint_label
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,6 @@ from experiments.console import (
     what_runs,
 )
 from experiments.errors import UserError, exit_with, find_user_error
-from experiments.evaluation.model_card import split_counts, write_model_card
 from experiments.models.metrics import run_test
 from experiments.runs.checkpoint_io import load_full_checkpoint
 from experiments.runs.files import write_error, write_json
@@ -58,6 +57,7 @@ from experiments.tracking.sweep_summary import record_interrupted, stopped_by_a_
 from experiments.training import build
 from experiments.training.build import AUTO_LOSS_TRADE
 from experiments.training.cross_validation import cross_validate
+from experiments.training.model_card import split_counts, write_model_card
 from experiments.training.remedies import train_with_remedies
 
 log = logging.getLogger(__name__)
