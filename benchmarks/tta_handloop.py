@@ -46,7 +46,8 @@ def recipe_spec(cfg) -> dict:
     steps = data["train_transform"].get("transforms", [data["train_transform"]])
     names = [_name(s) for s in steps]
     ok = {
-        f"data.dataset={data['dataset']}": data["dataset"] == "digits",
+        f"data={data['_target_']}": data["_target_"] == "experiments.data.DigitsData"
+        and data.get("dataset") is None,
         f"the transform {names}": names[:2] == ["ToImage", "ToDtype"]
         and names[2:] in ([], ["Normalize"]) and steps[1].get("scale"),
         "a separate eval_transform": data["eval_transform"] == data["train_transform"],

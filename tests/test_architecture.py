@@ -17,12 +17,14 @@ from tests.conftest import REPO, run_process
 SRC = REPO / "src" / "experiments"
 # what runs before Hydra, or for eval/predict before anything is built
 TORCH_FREE = (
-    "experiments.config.precheck",
+    "experiments.cli.commands",
+    "experiments.cli.runs",
+    "experiments.cli.check",
     "experiments.config.schema",
     "experiments.config.hints",
     "experiments.config.sweeper",
     "experiments.secrets",
-    "experiments.config.allowlist",
+    "experiments.recorded.allowlist",
     "experiments.runs.layout",
     "experiments.runs.resume",
     "experiments.runs.lock",
@@ -113,20 +115,21 @@ def test_a_run_dir_made_before_the_layout_move_still_evaluates(tmp_path, data_di
 LAYERS = {
     "train": 1, "eval": 1, "predict": 1, "compare": 1, "calibrate": 1, "export": 1,
     "verify": 1, "__init__": 1, "__main__": 1, "cli": 1,
-    "training": 2, "evaluation": 2,
-    "callbacks": 3, "tracking": 3, "analysis": 3,
-    "data": 4, "models": 4,
-    "config": 5,
-    "recorded": 5,  # below config once config/allowlist.py moves in (replay imports it)
-    "runs": 6,
-    "compat": 7, "errors": 7, "secrets": 7, "console": 7,
+    "evaluation": 2,
+    "training": 3,
+    "callbacks": 4, "tracking": 4, "analysis": 4,
+    "data": 5, "models": 5,
+    "config": 6,
+    "recorded": 7,
+    "runs": 8,
+    "compat": 9, "errors": 9, "secrets": 9, "console": 9,
 }  # fmt: skip
 
 
 def _layer(module: str) -> int | None:
     parts = module.split(".")
     if parts[0] == "hydra_plugins":
-        return 1
+        return 2
     if parts[0] != "experiments":
         return None
     return LAYERS[parts[1]] if len(parts) > 1 else 1

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from experiments.cli.check import precheck
 from experiments.config import CONF_DIR, schema
-from experiments.config.precheck import precheck
 from experiments.errors import UserError
 from tests.helpers import run_inproc, write_image_folder
 

@@ -111,8 +111,8 @@ def test_two_processes_match_one_at_the_same_global_batch(tmp_path, data_dir, ma
 
 
 def test_a_requeued_slurm_job_resumes_its_own_run(tmp_path, monkeypatch):
+    from experiments.cli.check import precheck
     from experiments.config import CONF_DIR
-    from experiments.config.precheck import precheck
 
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / "outputs" / "train" / "runs"

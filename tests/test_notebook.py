@@ -27,7 +27,7 @@ from experiments.runs.lock import RunLock
 from tests.helpers import REPO, run_inproc, run_process
 from tests.notebook_helpers import write_run, write_runs
 
-CMD = "experiments.analysis.notebook.command"  # the experiments-runs console script
+CMD = "experiments.cli.runs"  # the experiments-runs console script
 
 
 def runs_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -116,8 +116,8 @@ def test_sigint_saves_and_exits_130(tmp_path, data_dir):
 
 
 def test_resume_auto_picks_the_newest_unfinished_run_with_its_overrides(tmp_path, monkeypatch):
+    from experiments.cli.check import precheck
     from experiments.config import CONF_DIR
-    from experiments.config.precheck import precheck
 
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / "outputs" / "train" / "runs"
@@ -373,8 +373,8 @@ MALFORMED = [
 def test_malformed_override_is_refused_before_hydra_in_one_line(
     tmp_path, monkeypatch, override, named
 ):
+    from experiments.cli.check import precheck
     from experiments.config import CONF_DIR
-    from experiments.config.precheck import precheck
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as err:
@@ -399,7 +399,7 @@ def test_unknown_keys_and_top_level_values_answer_before_torch_is_imported(tmp_p
     # a wrong type of a constructor argument is bound to the imported signature; an unknown
     # key (Hydra's struct mode) and the top-level sections need no import
     code = (
-        "import sys\nfrom experiments.config.precheck import precheck\nfrom experiments.config "
+        "import sys\nfrom experiments.cli.check import precheck\nfrom experiments.config "
         "import CONF_DIR\nfor arg in ('trainer.max_epoch=3', 'seed=abc'):\n    try:\n"
         "        precheck([arg], str(CONF_DIR))\n    except Exception as e:\n"
         "        print(type(e).__name__)\nprint('torch' in sys.modules, "

@@ -9,8 +9,8 @@ import shutil
 import pytest
 from omegaconf import OmegaConf
 
+from experiments.cli.check import precheck
 from experiments.config import CONF_DIR, schema
-from experiments.config.precheck import precheck
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir
 from experiments.training.pipeline import train

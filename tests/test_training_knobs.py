@@ -107,8 +107,8 @@ def test_warmup_cosine_and_one_cycle_schedules_have_the_right_shape():
     ],
 )
 def test_bad_knob_values_are_refused_before_hydra(tmp_path, monkeypatch, overrides, named):
+    from experiments.cli.check import precheck
     from experiments.config import CONF_DIR
-    from experiments.config.precheck import precheck
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as err:

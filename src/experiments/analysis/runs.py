@@ -1,6 +1,6 @@
 """Finding run folders and reading them for comparison: metrics.json, the grouping config
 (the saved config minus replicate keys such as seeds and per-run locations; the rule is in
-``experiments.compare``'s docstring), and each metric's value at the run's selected epoch."""
+``experiments.analysis.comparison``'s docstring), and each metric's value at the run's selected epoch."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.config.dotted import dotted_leaves
 from experiments.errors import UserError, one_line
+from experiments.recorded.dotted import dotted_leaves
 from experiments.runs.files import parse_yaml, read_json, read_text
 from experiments.runs.layout import (
     METRICS,

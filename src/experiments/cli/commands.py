@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from experiments.cli import parse, run
+from experiments.cli.check import check
 from experiments.cli.train_help import help_text
 from experiments.config import CONF_DIR
-from experiments.config.precheck import check
 from experiments.console import filter_upstream_warnings, pause_gc
 from experiments.errors import UserError, exit_with
 from experiments.recorded.folder import boolean, load_run_config, split_trust

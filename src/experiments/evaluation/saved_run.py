@@ -16,11 +16,11 @@ import torch
 from omegaconf import OmegaConf
 from torchvision.transforms import v2
 
-from experiments.config import allowlist
 from experiments.config.schema import check
 from experiments.data.datasets import read_image
 from experiments.data.stats import normalize, read_stats, resolve_stats
 from experiments.errors import UserError, one_line
+from experiments.recorded import allowlist
 from experiments.recorded.folder import (
     checkpoint_path,
     load_run_config,

@@ -30,9 +30,9 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-from experiments.config.allowlist import TRUSTED_ENV, is_trusted
 from experiments.errors import UserError, one_line
 from experiments.recorded import CONF_DIR
+from experiments.recorded.allowlist import TRUSTED_ENV, is_trusted
 from experiments.runs.files import parse_yaml, read_text, read_yaml
 from experiments.runs.layout import RunDir
 from experiments.runs.provenance import is_control

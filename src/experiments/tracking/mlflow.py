@@ -19,9 +19,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from experiments.compat.lightning import mlflow_run_opened
-from experiments.config.dotted import dotted_leaves
 from experiments.console import process_rank
 from experiments.errors import UserError
+from experiments.recorded.dotted import dotted_leaves
 from experiments.runs.layout import sidecar_of, weights_file
 
 log = logging.getLogger(__name__)

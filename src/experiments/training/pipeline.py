@@ -405,7 +405,7 @@ def task(cfg: DictConfig) -> float | None:
 
 
 def launch(checked) -> None:
-    """Run the training task on the command line ``config.precheck`` checked: a plain run on
+    """Run the training task on the command line ``cli.check`` checked: a plain run on
     the config the check composed (Hydra does not compose it again), a sweep through Hydra."""
     if checked.run_cfg is None:
         task()

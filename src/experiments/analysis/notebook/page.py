@@ -88,7 +88,7 @@ var trs = rows.map(function (r, i) {
     if (r[j] !== null && String(r[j]).length > 30) td.title = String(r[j]);
     tr.appendChild(td);
   });
-  tr._text = r.map(function (v) { return v === null ? '' : String(v).toLowerCase(); }).join(' \u0001 ');
+  tr.shown_value = r.map(function (v) { return v === null ? '' : String(v).toLowerCase(); }).join(' \u0001 ');
   tr._box = box;
   tbody.appendChild(tr);
   return tr;
@@ -96,7 +96,7 @@ var trs = rows.map(function (r, i) {
 function applyFilter() {
   var f = state.filter.toLowerCase(), s = state.status, n = 0;
   trs.forEach(function (tr, i) {
-    var ok = (!f || tr._text.indexOf(f) >= 0) && (!s || rows[i][statusAt] === s);
+    var ok = (!f || tr.shown_value.indexOf(f) >= 0) && (!s || rows[i][statusAt] === s);
     tr.hidden = !ok; if (ok) n++;
   });
   table.dataset.rows = n;

@@ -127,7 +127,7 @@ def order(
     """``df`` sorted by ``sort`` (missing values last) and cut to ``limit`` rows."""
     sort = sort or "start"
     if sort not in df.columns:
-        raise UserError(f"sort={sort}: not a column; {_valid(sort, list(df.columns))}")
+        raise UserError(f"sort={sort}: not a column; {valid_names(sort, list(df.columns))}")
     if ascending is None:
         ascending = not (sort == "start" or _higher_is_better(sort))
     df = df.sort_values(sort, ascending=ascending, na_position="last", kind="stable")
@@ -270,7 +270,7 @@ def evaluate(tree, df: pd.DataFrame) -> pd.Series:
     unknown = [k for k in keys_of(tree) if k not in df.columns]
     if unknown and len(df):
         raise UserError(
-            f"where: unknown key {unknown[0]!r}; {_valid(unknown[0], list(df.columns))}"
+            f"where: unknown key {unknown[0]!r}; {valid_names(unknown[0], list(df.columns))}"
         )
     if unknown:  # no runs: nothing matches, and no key can be checked
         return pd.Series(False, index=df.index)
@@ -294,8 +294,8 @@ def _eval(tree, df):
         return _compare(column, tree.op, pd.Timestamp(str(tree.value)), tree.key)
     if numeric and isinstance(tree.value, float):
         return _compare(pd.to_numeric(column, errors="coerce"), tree.op, tree.value, tree.key)
-    text = column.map(_text)
-    value = _text(tree.value)
+    text = column.map(shown_value)
+    value = shown_value(tree.value)
     if tree.op in ("<", "<=", ">", ">="):
         if isinstance(tree.value, float):  # mixed column (numbers and text): compare numbers
             return _compare(column.map(_maybe_number), tree.op, tree.value, tree.key)
@@ -328,7 +328,7 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _text(value: Any) -> str:
+def shown_value(value: Any) -> str:
     """A cell as a command line writes it: ``true``, ``null``, ``0.1``, ``[1, 2]``."""
     if value is None:
         return "null"
@@ -337,11 +337,11 @@ def _text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, list):
-        return "[" + ", ".join(_text(v) for v in value) + "]"
+        return "[" + ", ".join(shown_value(v) for v in value) + "]"
     return str(value)
 
 
-def _valid(key: str, columns: list[str]) -> str:
+def valid_names(key: str, columns: list[str]) -> str:
     near = difflib.get_close_matches(key, columns, n=3, cutoff=0.5)
     hint = f"did you mean {' or '.join(near)}? " if near else ""
     shown = [c for c in columns if "." not in c] + [c for c in columns if "." in c]

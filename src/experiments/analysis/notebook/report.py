@@ -37,7 +37,7 @@ from plotly.offline import get_plotlyjs
 
 from experiments.analysis.notebook.index import build
 from experiments.analysis.notebook.page import PAGE_CSS, PAGE_JS
-from experiments.analysis.notebook.query import _text, evaluate, frame, parse
+from experiments.analysis.notebook.query import evaluate, frame, parse, shown_value
 from experiments.analysis.runs import identity, printable
 from experiments.analysis.stats import metric_bounds, summarize
 from experiments.errors import UserError, one_line
@@ -67,7 +67,7 @@ def varying(df, columns: list[str]) -> list[str]:
     """The ``columns`` whose values are not the same in every row (as text)."""
     out = []
     for c in columns:
-        if c in df.columns and df[c].map(_text).nunique(dropna=False) > 1:
+        if c in df.columns and df[c].map(shown_value).nunique(dropna=False) > 1:
             out.append(c)
     return out
 
@@ -136,7 +136,7 @@ def page_data(root: str | os.PathLike, where: str | None = None, title: str = ""
         k for k in diff_keys
         if len({identity(c.get(k, "\0absent")) for c in all_config.values()}) > 1
     ]  # fmt: skip
-    diff_values = [[_plain(_text(all_config[n].get(k))) if k in all_config[n] else None
+    diff_values = [[_plain(shown_value(all_config[n].get(k))) if k in all_config[n] else None
                     for k in diff_keys] for n in df["name"]]  # fmt: skip
     finished = df[df["status"] == "finished"]
     grouping = {n: index.config(records[n]).get("config", {}) for n in finished["name"]}
@@ -193,7 +193,7 @@ def groups(df, metrics: list[str], keys: list[str], configs: dict[str, dict]) ->
                 )
                 first = has.loc[members[0]]
                 parts = shown if way == "config" else [way]
-                name = " ".join(f"{k}={_text(first[k])}" for k in parts)
+                name = " ".join(f"{k}={shown_value(first[k])}" for k in parts)
                 found.append({
                     "label": printable(name or "(one config)"),
                     "n": stats.n, "mean": _plain(stats.mean), "std": _plain(stats.std),

@@ -1,19 +1,25 @@
-"""experiments-runs: the lab notebook on the command line."""
+"""``experiments-runs`` (``python -m experiments.cli.runs``): the lab notebook on the command
+line; the index, queries, notes and report are ``analysis.notebook``'s."""
 
 from __future__ import annotations
 
+import datetime
+import difflib
 import math
-import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.runs import printable
-from experiments.errors import UserError, exit_with
+from experiments.analysis.notebook import query
+from experiments.analysis.notebook.index import build
+from experiments.analysis.notebook.notes import note, require_run, tag
+from experiments.analysis.notebook.query import FIRST, LAST, shown_value, valid_names
+from experiments.analysis.notebook.report import main_metrics, varying, write_report
+from experiments.analysis.runs import identity, printable
+from experiments.cli import FOLDER, parse, run
+from experiments.errors import UserError
 
-USAGE = """usage: python -m experiments.analysis.notebook.command COMMAND ...
-  (the console script experiments-runs, once installed)
+USAGE = """usage: experiments-runs COMMAND ...     (or python -m experiments.cli.runs COMMAND ...)
 
   list [FOLDER] [where=EXPR] [sort=KEY] [order=asc|desc] [limit=N] [columns=a,b,...]
         every run under FOLDER (default: outputs), newest first: status, tags, start,
@@ -37,19 +43,10 @@ MAX_CELL = 36
 
 
 def _split(argv: list[str], own: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """Positional arguments and the command's ``key=value`` options (an unknown key is an
-    error naming the valid ones)."""
-    positional, options = [], dict(own)
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if sep and key in own:
-            options[key] = value
-        elif sep and key.isidentifier():
-            valid = " ".join(f"{k}=" for k in own) or "none"
-            raise UserError(f"{arg}: unknown option {key}=; the options here are {valid}")
-        else:
-            positional.append(arg)
-    return positional, options
+    """The run folders (positionally or as run_dir=) and the subcommand's own options, read
+    with every command's grammar (``cli.parse``)."""
+    options, _ = parse(argv, {FOLDER: [], **own}, USAGE, overrides=False, many=True)
+    return options.pop(FOLDER), options
 
 
 def _root(positional: list[str]) -> Path:
@@ -108,8 +105,6 @@ def table(df, columns: list[str]) -> str:
 def default_columns(df) -> list[str]:
     """name, status, tags, start, duration, the runs' main metrics, the choices and config
     keys that differ between the runs listed, note, reason."""
-    from experiments.analysis.notebook.report import main_metrics, varying
-
     choices = [c for c in df.columns if c in _choice_columns(df)]
     keys = varying(df, [c for c in df.columns if "." in c] + ["seed"] + choices)[:8]
     cols = ["name", "status", "tags", "start", "duration_s", *main_metrics(df)[:4], *keys]
@@ -118,8 +113,6 @@ def default_columns(df) -> list[str]:
 
 
 def _choice_columns(df) -> set[str]:
-    from experiments.analysis.notebook.query import FIRST, LAST
-
     return {c for c in df.columns if "/" not in c and "." not in c and c not in FIRST + LAST} - {
         "epochs",
         "params",
@@ -128,26 +121,26 @@ def _choice_columns(df) -> set[str]:
 
 
 def cmd_list(argv: list[str]) -> None:
-    from experiments.analysis.notebook.index import build
-    from experiments.analysis.notebook.query import evaluate, frame, order, parse
 
     positional, opts = _split(
         argv, {"where": "", "sort": "", "order": "", "limit": "50", "columns": ""}
     )
     limit, ascending = _limit(opts["limit"]), _order(opts["order"])
-    tree = parse(opts["where"]) if opts["where"] else None  # a typo: before any folder is read
+    tree = (
+        query.parse(opts["where"]) if opts["where"] else None
+    )  # a typo: before any folder is read
     index = build(_root(positional))
-    df = frame(index)
+    df = query.frame(index)
     if tree is not None:
-        df = df[evaluate(tree, df)]
+        df = df[query.evaluate(tree, df)]
     total = len(df)
-    df = order(df, opts["sort"] or None, ascending, limit)
+    df = query.order(df, opts["sort"] or None, ascending, limit)
     columns = [c.strip() for c in opts["columns"].split(",") if c.strip()] or default_columns(df)
     unknown = [c for c in columns if c not in df.columns]
     if unknown:
-        from experiments.analysis.notebook.query import _valid
-
-        raise UserError(f"columns: unknown {unknown[0]!r}; {_valid(unknown[0], list(df.columns))}")
+        raise UserError(
+            f"columns: unknown {unknown[0]!r}; {valid_names(unknown[0], list(df.columns))}"
+        )
     if len(df):
         print(table(df, columns))
     counts = df["status"].value_counts() if len(df) else {}
@@ -157,11 +150,8 @@ def cmd_list(argv: list[str]) -> None:
 
 
 def _one_run(path: str) -> tuple[Any, dict]:
-    from experiments.analysis.notebook.index import build
-    from experiments.analysis.notebook.notes import require_run
-
-    run = require_run(path)
-    index = build(run.path, cache=False)
+    found = require_run(path)
+    index = build(found.path, cache=False)
     record = index.records[0]
     return index, record
 
@@ -198,15 +188,11 @@ def cmd_show(argv: list[str]) -> None:
 
 
 def _timestamp(start: float | None):
-    import datetime
-
     return None if start is None else datetime.datetime.fromtimestamp(start)
 
 
 def _value(value: Any) -> str:
-    from experiments.analysis.notebook.query import _text
-
-    return _text(value)
+    return shown_value(value)
 
 
 def config_of(index, record) -> dict[str, Any]:
@@ -218,8 +204,6 @@ def config_of(index, record) -> dict[str, Any]:
 def diff_configs(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
     """``(key, value in a, value in b)`` for every key whose values differ (a key only one
     run has shows ``(absent)`` for the other)."""
-    from experiments.analysis.runs import identity
-
     out = []
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key, _ABSENT), b.get(key, _ABSENT)
@@ -262,8 +246,6 @@ def cmd_diff(argv: list[str]) -> None:
 
 
 def cmd_tag(argv: list[str]) -> None:
-    from experiments.analysis.notebook.notes import tag
-
     positional, opts = _split(argv, {"remove": ""})
     if len(positional) < 1:
         raise UserError("tag takes a run folder and tag names: tag RUN NAME... [remove=NAME,...]")
@@ -276,8 +258,6 @@ def cmd_tag(argv: list[str]) -> None:
 
 
 def cmd_note(argv: list[str]) -> None:
-    from experiments.analysis.notebook.notes import note
-
     if len(argv) < 2:
         raise UserError('note takes a run folder and the text: note RUN "TEXT" ("" clears it)')
     text = note(argv[0], " ".join(argv[1:]))  # the text verbatim: '=' in it is no option
@@ -285,8 +265,6 @@ def cmd_note(argv: list[str]) -> None:
 
 
 def cmd_report(argv: list[str]) -> None:
-    from experiments.analysis.notebook.report import write_report
-
     positional, opts = _split(argv, {"out": "", "where": "", "title": ""})
     root = _root(positional)
     out = Path(opts["out"]) if opts["out"] else root / "runs.html"
@@ -307,8 +285,6 @@ def _main(argv: list[str]) -> None:
     handlers = {"list": cmd_list, "show": cmd_show, "diff": cmd_diff, "tag": cmd_tag,
                 "note": cmd_note, "report": cmd_report}  # fmt: skip
     if command not in handlers:
-        import difflib
-
         near = difflib.get_close_matches(command, COMMANDS, n=1)
         hint = f"did you mean {near[0]}? " if near else ""
         raise UserError(f"unknown command {command!r}; {hint}the commands: {', '.join(COMMANDS)}")
@@ -317,12 +293,7 @@ def _main(argv: list[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """The console entry point: a UserError exits 2 with one ``error: ...`` line."""
-    try:
-        _main(list(sys.argv[1:] if argv is None else argv))
-    except UserError as err:
-        exit_with(err, 2)
-    except BrokenPipeError:  # piped into `head`: not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    run(_main, argv)
 
 
 if __name__ == "__main__":
