@@ -1,6 +1,7 @@
 """Finding run folders and reading them for comparison: metrics.json, the grouping config
 (the saved config minus replicate keys such as seeds and per-run locations; the rule is in
-``experiments.analysis.comparison``'s docstring), and each metric's value at the run's selected epoch."""
+``experiments.analysis.comparison``'s docstring), and each metric's value at the run's
+selected epoch."""
 
 from __future__ import annotations
 
