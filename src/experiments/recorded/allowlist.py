@@ -219,7 +219,7 @@ def _ours(target: str, family: str) -> Any:
 @functools.cache
 def _transform(target: str) -> Any:
     if target.startswith("torchvision.transforms.v2.") and target.count(".") == 3:
-        from torchvision.transforms import v2
+        from torchvision.transforms import v2  # lazy: importing this module imports no torch
 
         obj = getattr(v2, target.rsplit(".", 1)[1], None)
         ok = isinstance(obj, type) and issubclass(obj, v2.Transform) and obj is not v2.Lambda
@@ -233,14 +233,14 @@ def _transform(target: str) -> Any:
 
 @functools.cache
 def _torchvision_builder(name: str) -> Any:
-    import torchvision.models
+    import torchvision.models  # lazy: importing this module imports no torch
 
     return torchvision.models.get_model_builder(name) if name in _tv_names() else None
 
 
 @functools.cache
 def _tv_names() -> frozenset[str]:
-    import torchvision.models
+    import torchvision.models  # lazy: importing this module imports no torch
 
     return frozenset(torchvision.models.list_models())
 
@@ -274,7 +274,7 @@ def build(node: Any, family: str | None, key: str, **given: Any) -> Any:
         return {k: build(v, family, f"{key}.{k}") for k, v in node.items()}
     target = node["_target_"]
     if family == "transform" and target == DTYPE_NODE:
-        import torch
+        import torch  # lazy: importing this module imports no torch
 
         return getattr(torch, node["path"].removeprefix("torch."))
     obj = locate(target, family, key)
