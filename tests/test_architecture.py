@@ -180,3 +180,27 @@ def test_no_private_name_is_used_across_packages():
                 continue
             wrong.append(f"{path.relative_to(REPO)}:{line} imports {name}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_imports_inside_functions_are_few_and_each_says_why():
+    """Imports go at the top of a module; one that waits (the cheap path before torch, an
+    optional dependency, a Hydra plugin that Hydra imports at every start) says why with a
+    ``# lazy: <reason>`` comment on its line or the line above."""
+    found, unmarked = 0, []
+    for path, _ in _modules():
+        lines = path.read_text().splitlines()
+        seen = set()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import | ast.ImportFrom) and node.lineno not in seen:
+                    seen.add(node.lineno)
+                    found += 1
+                    here = lines[node.lineno - 1] + lines[node.lineno - 2]
+                    if "lazy:" not in here:
+                        unmarked.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not unmarked, "imports inside functions without '# lazy: <reason>':\n" + "\n".join(
+        unmarked
+    )
+    assert found <= 40, f"{found} imports inside functions (at most 40)"
