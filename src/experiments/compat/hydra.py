@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from hydra._internal.callbacks import Callbacks
-from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.hydra import Hydra
 from hydra._internal.utils import create_config_search_path, run_and_report
 from hydra.core.global_hydra import GlobalHydra
@@ -110,9 +109,13 @@ def failed_job(cfg: DictConfig, err: BaseException, working_dir: str):
     )  # fmt: skip
 
 
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
 def is_basic_launcher(launcher) -> bool:
-    """Whether ``launcher`` is Hydra's basic (in-process, one job at a time) launcher."""
-    return isinstance(launcher, BasicLauncher)
+    """Whether ``launcher`` is Hydra's basic (in-process, one job at a time) launcher: by
+    its class's name, since Hydra's plugin discovery may have imported that module again."""
+    return any(f"{c.__module__}.{c.__qualname__}" == BASIC_LAUNCHER for c in type(launcher).__mro__)
 
 
 def as_recorded_failure(job_return) -> None:
