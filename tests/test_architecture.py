@@ -204,3 +204,19 @@ def test_imports_inside_functions_are_few_and_each_says_why():
         unmarked
     )
     assert found <= 40, f"{found} imports inside functions (at most 40)"
+
+
+def test_task_neutral_services_never_import_the_classifier():
+    """Runs, tracking, analysis and the Hydra plugins serve any task (docs/own_task.md): none
+    imports the classification module, directly or through ``experiments.models``."""
+    neutral = ("experiments.runs", "experiments.tracking", "experiments.analysis",
+               "hydra_plugins")  # fmt: skip
+    checked, wrong = 0, []
+    for path, module in _modules():
+        if not module.startswith(neutral):
+            continue
+        checked += 1
+        for line, name in _imports(path):
+            if name == "experiments.models" or name.startswith("experiments.models."):
+                wrong.append(f"{path.relative_to(REPO)}:{line} imports {name}")
+    assert checked > 20 and not wrong, "\n".join(wrong)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import logging
 import math
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from omegaconf import OmegaConf
 
+from experiments.errors import UserError
 from experiments.runs.files import write_json
 from experiments.runs.layout import (
     OLD_WEIGHTS_SUFFIX,
@@ -117,8 +120,7 @@ class StateDictCheckpoint(L.Callback):
     def _save(self, trainer, pl_module, name: str, value: float | None) -> None:
         # every rank takes part (FSDP gathers the full weights collectively); rank 0 writes
         full = trainer.strategy.lightning_module_state_dict()
-        # the module names the weights it validates and exports (an EMA of them, say)
-        prefix = getattr(pl_module, "export_prefix", "net." if hasattr(pl_module, "net") else "")
+        prefix = export_prefix(pl_module)
         weights = {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}
         if not trainer.is_global_zero:
             return
@@ -137,8 +139,9 @@ class StateDictCheckpoint(L.Callback):
                 "monitor": self.monitor,
                 "value": value,
                 "net": self.net_config,
-                "in_shape": list(getattr(datamodule, "input_shape", []) or []),
-                "class_names": list(getattr(datamodule, "class_names", []) or []),
+                # what an image classifier's data knows; a task of your own has neither
+                **_known("in_shape", getattr(datamodule, "input_shape", None)),
+                **_known("class_names", getattr(datamodule, "class_names", None)),
                 # every validation scalar of this epoch: what "val/*" means at the chosen epoch
                 "metrics": _val_scalars(trainer.callback_metrics),
                 **({"reason": self.reason, "warnings": self.warnings} if name == "best" else {}),
@@ -150,6 +153,7 @@ class StateDictCheckpoint(L.Callback):
             return
         current = trainer.callback_metrics.get(self.monitor)
         if current is None:
+            self._missing(trainer)
             return
         value = float(current)
         if not math.isfinite(value):
@@ -169,6 +173,20 @@ class StateDictCheckpoint(L.Callback):
             self.best_score, self.best_epoch = value, trainer.current_epoch
             self.best_tie_value, self.best_warming_up, self.reason = tie, warming_up, reason
             self._save(trainer, pl_module, "best", value)
+
+    def _missing(self, trainer) -> None:
+        """No ``monitor`` after a whole validation: every epoch would be judged on nothing
+        (no best weights, a sweeper given None), so the run stops at the first one, naming
+        what the module logged instead."""
+        if trainer.limit_val_batches == 0 or not trainer.num_val_batches:
+            return  # no validation ran: nothing could have been logged
+        logged = sorted(str(k) for k in trainer.callback_metrics if str(k).startswith("val/"))
+        logged = logged or sorted(str(k) for k in trainer.callback_metrics)
+        raise UserError(
+            f"optimized_metric={self.monitor} was not logged by the first validation; the "
+            f"module logged {', '.join(logged) or 'nothing'}: set optimized_metric=<one of "
+            f"them> (and optimized_mode=min|max), or log {self.monitor} in validation_step"
+        )
 
     def _check_ranking(self, trainer, value: float) -> None:
         """Warn once when the validation split cannot rank epochs: too few samples per
@@ -224,6 +242,30 @@ class StateDictCheckpoint(L.Callback):
         self.reason = state_dict.get("reason")
         self.warnings = list(state_dict.get("warnings") or [])
         self._warned = set(state_dict.get("warned") or [])
+
+
+def export_prefix(pl_module) -> str:
+    """The state_dict prefix of the weights a module validates and exports: its own
+    ``export_prefix`` (an EMA of the net, say); else ``net.`` when every weight of it is in
+    its ``net``; else ``""``, the whole module (a LightningModule of your own with layers
+    beside a ``net`` keeps them all)."""
+    if hasattr(pl_module, "export_prefix"):
+        return str(pl_module.export_prefix)
+    names = chain(pl_module.named_parameters(), pl_module.named_buffers())
+    in_net = isinstance(getattr(pl_module, "net", None), torch.nn.Module)
+    return "net." if in_net and all(n.startswith("net.") for n, _ in names) else ""
+
+
+def exported(pl_module) -> torch.nn.Module:
+    """The submodule whose weights the checkpoints hold (``export_prefix``): what to load
+    ``best.safetensors`` into."""
+    prefix = export_prefix(pl_module).rstrip(".")
+    return pl_module.get_submodule(prefix) if prefix else pl_module
+
+
+def _known(key: str, value) -> dict:
+    """``{key: list(value)}``, or nothing when the data module has no such value."""
+    return {key: list(value)} if value else {}
 
 
 def _val_scalars(metrics) -> dict[str, float]:

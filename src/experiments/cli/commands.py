@@ -3,7 +3,7 @@ before its worker (and torch, Lightning) is imported. ``python -m experiments.<c
 and the ``experiments-<command>`` scripts call these.
 
 A worker module has ``command(options, overrides)``: the work, once the arguments are
-right. ``train`` is the one command Hydra drives: its check is ``config.precheck``.
+right. ``train`` is the one command Hydra drives: its check is ``cli.check``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,17 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from experiments.cli import parse, run
 from experiments.cli.check import check
 from experiments.cli.train_help import help_text
 from experiments.config import CONF_DIR
 from experiments.console import filter_upstream_warnings, pause_gc
-from experiments.errors import UserError, exit_with
+from experiments.errors import UserError, exit_with, one_line
+from experiments.recorded import config_dirs
 from experiments.recorded.folder import boolean, load_run_config, split_trust
 from experiments.runs.layout import (
     BEST_WEIGHTS,
@@ -284,6 +288,57 @@ compare = Command(
 )
 
 
+CONFIG_DIR_FLAGS = ("-cd", "--config-dir")
+
+
+def with_config_dirs(argv: list[str]) -> list[str]:
+    """``argv`` with your own config folders as one ``hydra.searchpath=[...]`` at its end:
+    those of ``-cd``/``--config-dir`` (taken out: Hydra would skip the check) and of a
+    ``hydra.searchpath`` given, then ``EXPERIMENTS_CONFIG_PATH``'s (``recorded.config_dirs``;
+    a resumed or verified run reads the same variable). At the end, as ``-m`` and the other
+    flags stay first; composed after ``conf/``, so an option of ours keeps its name.
+
+    Raises:
+        UserError: a ``-cd`` without a folder, or a folder that does not exist.
+    """
+    folders, rest, given = [], [], []
+    args = iter(argv)
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in CONFIG_DIR_FLAGS:
+            value = value if eq else next(args, "")
+            if not value or not Path(value).expanduser().is_dir():
+                raise UserError(
+                    f"{flag} {value}: {'no such folder' if value else 'expected a folder'}; "
+                    f"give the folder that holds your config groups (model/, data/ ...)"
+                )
+            folders.append(f"file://{Path(value).expanduser().resolve()}")
+        elif arg.lstrip("+").startswith("hydra.searchpath="):
+            given.append(arg)
+        else:
+            rest.append(arg)
+    folders += [f"file://{d}" for d in config_dirs()]
+    if not folders:
+        return list(argv)
+    entries = [*_searchpath_entries(given[-1]), *folders] if given else folders
+    quoted = ",".join(_quoted(e) for e in dict.fromkeys(entries))
+    return [*rest, f"hydra.searchpath=[{quoted}]"]
+
+
+def _quoted(text: str) -> str:
+    """``text`` as one quoted string of Hydra's override grammar."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _searchpath_entries(arg: str) -> list[str]:
+    """The entries of a ``hydra.searchpath=[...]`` argument, as Hydra parses them."""
+    try:
+        value = OverridesParser.create().parse_override(arg.lstrip("+")).value()
+    except Exception as err:  # Hydra's grammar: the message names what is wrong
+        raise UserError(f"cannot parse override {arg!r}: {one_line(err)}") from None
+    return [str(v) for v in (value if isinstance(value, list) else [value])]
+
+
 def train(argv: Sequence[str] | None = None) -> None:
     """``python -m experiments.train``: check the command line before Hydra starts (fast,
     one line: ``config.precheck``), then run the training task."""
@@ -294,6 +349,7 @@ def train(argv: Sequence[str] | None = None) -> None:
         print(help_text(CONF_DIR))
         sys.exit(0)
     try:
+        argv = with_config_dirs(argv)
         checked = check(argv, str(CONF_DIR))  # replayed overrides included
     except UserError as err:
         exit_with(err, code=2)

@@ -49,11 +49,42 @@ def evaluate(
             ``_target_``, a checkpoint that is not plain weights or does not fit the net.
     """
     run = SavedRun(run_dir, ckpt, overrides)
+    if posthoc_tau is not None:
+        run.require_classifier("posthoc_tau")
     route_lightning_logs()
     start = time.perf_counter()
     model, trainer = run.module(), run.trainer()
     resume_gc()
     metrics = run_test(trainer, model, run.datamodule)
+    if run.classifier:
+        n_test = _calibration(run, metrics, posthoc_tau)
+    else:  # a module of your own: its test_step's metrics are the evaluation
+        n_test = len(getattr(run.datamodule, "test_set", None) or ())
+    name = run.ckpt_name
+    summary = {
+        **metrics,
+        "ckpt": str(run.ckpt.resolve()),
+        "ckpt_name": name,
+        "ckpt_epoch": run.ckpt_epoch,
+        "samples": {"test": n_test},
+        "run_dir": str(run.path.resolve()),
+        "overrides": list(overrides),
+        "wall_time_s": round(time.perf_counter() - start, 3),
+    }
+    log.info("tested %s on the test split (n=%d)", checkpoint_label(name, run.ckpt_epoch), n_test)
+    # the newest evaluation at the top (as before), and every checkpoint's latest one kept
+    # under "evaluations", so the card shows the best and last weights apart, each labelled
+    earlier = list(evaluations(run.layout).items())[-MAX_KEPT:]
+    summary["evaluations"] = {**dict(earlier), name: dict(summary)}
+    write_json(run.layout.eval_metrics, summary)
+    _compare_with_training(run.layout, run.ckpt, metrics)
+    run.finish()
+    return metrics
+
+
+def _calibration(run: SavedRun, metrics: dict, posthoc_tau: float | None) -> int:
+    """A classifier's probabilities judged: ``test/ece`` (and after calibration), the
+    reliability diagram, post-hoc adjusted metrics; returns the test split's size."""
     logits, labels = run.logits("test")
     probs = {"as trained": logits.softmax(dim=1)}
     metrics["test/ece"] = expected_calibration_error(probs["as trained"], labels)
@@ -66,30 +97,7 @@ def evaluate(
     reliability_diagram(run.layout.reliability_png, {k: (p, labels) for k, p in probs.items()})
     if posthoc_tau is not None:
         metrics.update(_posthoc(run, logits, labels, posthoc_tau))
-    name = run.ckpt_name
-    summary = {
-        **metrics,
-        "ckpt": str(run.ckpt.resolve()),
-        "ckpt_name": name,
-        "ckpt_epoch": run.ckpt_epoch,
-        "samples": {"test": int(labels.numel())},
-        "run_dir": str(run.path.resolve()),
-        "overrides": list(overrides),
-        "wall_time_s": round(time.perf_counter() - start, 3),
-    }
-    log.info(
-        "tested %s on the test split (n=%d)",
-        checkpoint_label(name, summary["ckpt_epoch"]),
-        labels.numel(),
-    )
-    # the newest evaluation at the top (as before), and every checkpoint's latest one kept
-    # under "evaluations", so the card shows the best and last weights apart, each labelled
-    earlier = list(evaluations(run.layout).items())[-MAX_KEPT:]
-    summary["evaluations"] = {**dict(earlier), name: dict(summary)}
-    write_json(run.layout.eval_metrics, summary)
-    _compare_with_training(run.layout, run.ckpt, metrics)
-    run.finish()
-    return metrics
+    return int(labels.numel())
 
 
 def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:
@@ -103,25 +111,30 @@ def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:
 
 
 def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, float]) -> None:
-    # training tested the best weights: the same file on the same split must give the same number
-    if ckpt_path.resolve() != layout.best_weights.resolve() or "test/acc" not in metrics:
+    # training tested the best weights: the same file on the same split must give the same
+    # numbers (a classifier's test/acc; another task's every test/* training recorded)
+    if ckpt_path.resolve() != layout.best_weights.resolve():
         return
     try:
-        trained = read_json_object(layout.metrics).get("test/acc")
+        trained = read_json_object(layout.metrics)
     except UserError as err:  # the comparison is a note: the evaluation itself stands
         log.warning("not compared with the run's metrics: %s", err)
         return
-    if not isinstance(trained, int | float) or isinstance(trained, bool):
-        return
-    if trained == metrics["test/acc"]:
-        log.info("test/acc matches %s (%.4f)", layout.metrics, trained)
-    else:
-        log.warning(
-            "test/acc %.4f differs from %s (%.4f): changed data, overrides or precision?",
-            metrics["test/acc"],
-            layout.metrics,
-            trained,
-        )
+    keys = ["test/acc"] if "test/acc" in metrics else sorted(k for k in metrics if k in trained)
+    for key in keys:
+        value = trained.get(key)
+        if key not in metrics or not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        if value == metrics[key]:
+            log.info("%s matches %s (%.4f)", key, layout.metrics, value)
+        else:
+            log.warning(
+                "%s %.4f differs from %s (%.4f): changed data, overrides or precision?",
+                key,
+                metrics[key],
+                layout.metrics,
+                value,
+            )
 
 
 def command(options: dict, overrides: list[str]) -> None:

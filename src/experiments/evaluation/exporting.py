@@ -27,6 +27,7 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
     if fmt == "onnx":
         _need("onnx", "onnxscript", "onnxruntime")
     run = SavedRun(run_dir, ckpt, overrides)
+    run.require_classifier("export")  # its output is a class per image
     deployable = Normalized(run.net, run.normalization()).eval()
     split = "test" if run.has_split("test") else "val"
     x, y = run.first_batch(split)

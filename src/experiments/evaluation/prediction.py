@@ -58,6 +58,7 @@ def predict(
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"device={device!r} is not valid; use auto, cpu or cuda")
     run = SavedRun(run_dir, ckpt, overrides)  # checks everything it will build, builds nothing
+    run.require_classifier("predict")  # its output is a class per image
     follow_symlinks = run.data_cfg.get("follow_symlinks") is True  # the run's own CSV rule
     names, paths = _list_inputs(
         Path(input), Path(image_dir) if image_dir else None, follow_symlinks

@@ -5,6 +5,7 @@ and export start from."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -16,6 +17,7 @@ import torch
 from omegaconf import OmegaConf
 from torchvision.transforms import v2
 
+from experiments.callbacks.state_dict_checkpoint import exported
 from experiments.config.schema import check
 from experiments.data.datasets import read_image
 from experiments.data.stats import normalize, read_stats, resolve_stats
@@ -49,6 +51,8 @@ OVERRIDABLE = ("data", "model", "paths", *(f"trainer.{k}" for k in TRAINER_KEYS)
 # what the builder hands the LightningModule and the net itself
 MODULE_GIVEN = ("net", "optimizer", "scheduler", "num_classes", "class_weights", "class_prior")
 NET_GIVEN = ("in_shape", "num_classes")
+# what a LightningModule of your own (no model.net) may be handed: None for each
+OWN_GIVEN = ("optimizer", "scheduler")
 
 
 class SavedRun:
@@ -91,7 +95,7 @@ class SavedRun:
         self.data_cfg, self.model_cfg = resolved(self.cfg, "data"), resolved(self.cfg, "model")
         if not isinstance(self.data_cfg, dict) or not isinstance(self.model_cfg, dict):
             raise UserError(f"{self.layout.saved_config} has no data or model section")
-        if not isinstance(self.model_cfg.get("net"), dict):
+        if "net" in self.model_cfg and not isinstance(self.model_cfg["net"], dict):
             raise UserError(f"{self.layout.saved_config} has no model.net section")
         self.trainer_cfg = self._trainer_keys()
         self._check()
@@ -104,10 +108,13 @@ class SavedRun:
     def _check(self) -> None:
         """Everything that will be built, checked before any of it is."""
         data, model = self.data_cfg, dict(self.model_cfg)
-        net = model.pop("net")
         allowlist.check(data, "data", "data")
-        allowlist.check(model, "module", "model", given=MODULE_GIVEN)
-        allowlist.check(net, "net", "model.net", given=NET_GIVEN)
+        if self.classifier:
+            net = model.pop("net")
+            allowlist.check(model, "module", "model", given=MODULE_GIVEN)
+            allowlist.check(net, "net", "model.net", given=NET_GIVEN)
+        else:  # a module of your own: trusted by EXPERIMENTS_TRUSTED_MODULES, or refused
+            allowlist.check(model, "module", "model", given=OWN_GIVEN)
         accelerator = self.trainer_cfg.get("accelerator", "auto")
         if accelerator not in ACCELERATORS:
             raise UserError(
@@ -257,8 +264,38 @@ class SavedRun:
         dm = self.datamodule
         return self.net_for(dm.input_shape, dm.num_classes)
 
+    @property
+    def classifier(self) -> bool:
+        """Whether the run trained an image classifier (a ``model.net`` in our module): what
+        predict, calibrate, export and eval's calibration numbers need. A LightningModule of
+        your own has no ``model.net``."""
+        return "net" in self.model_cfg
+
+    def require_classifier(self, command: str) -> None:
+        """One line for a command that only an image classifier's run can answer.
+
+        Raises:
+            UserError: naming the run's module and what works for it instead.
+        """
+        if not self.classifier:
+            raise UserError(
+                f"{command} needs an image classifier's run; {self.path} trained "
+                f"{self.model_cfg.get('_target_')} (a module of your own, no model.net): "
+                f"python -m experiments.eval {self.path} tests it with its own test_step"
+            )
+
     def module(self):
-        """The LightningModule around ``net`` (no optimizer), for ``trainer.test``."""
+        """The LightningModule (no optimizer) with the checkpoint's weights, for
+        ``trainer.test``: ours around ``net``, or a module of your own built from its config
+        with ``optimizer``/``scheduler`` None where it takes them, the weights loaded where
+        its checkpoints took them from (``callbacks.state_dict_checkpoint.exported``)."""
+        if not self.classifier:
+            node = dict(self.model_cfg)
+            takes = inspect.signature(allowlist.locate(node["_target_"], "module", "model"))
+            given = {k: None for k in OWN_GIVEN if k in takes.parameters}
+            module = allowlist.build(node, "module", "model", **given)
+            load_state_dict_file(exported(module), self.ckpt)
+            return module.eval()
         model = {k: v for k, v in self.model_cfg.items() if k != "net"}
         model.pop("init_from", None)  # recorded by training; eval starts from the checkpoint
         given = {

@@ -33,6 +33,7 @@ def calibrate(run_dir, ckpt: str = "best", overrides=()) -> dict:
         UserError: what ``SavedRun`` raises, or a run without a validation split.
     """
     run = SavedRun(run_dir, ckpt, overrides)
+    run.require_classifier("calibrate")  # its output is a class per image
     if not run.has_split("val"):
         raise UserError(
             f"{run.path}: the run has no validation split to calibrate on (data.val_fraction=0); "

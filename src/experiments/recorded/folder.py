@@ -234,6 +234,9 @@ def read_sidecar(ckpt: Path) -> dict:
     """
     path = ckpt.with_suffix(".json")
     data = layout_sidecar(path)
+    for key in ("in_shape", "class_names"):  # [] : data that knows none (a task of your own)
+        if data.get(key) == []:
+            data = {k: v for k, v in data.items() if k != key}
     if "in_shape" in data:
         shape = data["in_shape"]
         ok = isinstance(shape, list) and len(shape) == 3 and all(_count(v) for v in shape)

@@ -10,7 +10,9 @@ built) and refused, in one line naming the file, the entry and why, when it coul
 - build something the repo's ``conf/`` tree does not (a ``_target_`` in the key or at any
   depth of the value, a ``get_object`` path, an interpolation through a resolver that
   turns a string into config, such as ``oc.decode``);
-- load a config file from outside ``conf/`` (a group option such as ``model=../../x``);
+- load a config file from outside ``conf/`` and your own config folders
+  (``EXPERIMENTS_CONFIG_PATH``, the command line's ``hydra.searchpath``): a group option
+  such as ``model=../../x``;
 - write outside the run folder (a key whose default in ``conf/`` is under
   ``${paths.output_dir}``, or the deletion of a ``paths`` key);
 - carry a secret (a secret-named key at any depth) or a control character (a newline in a
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +34,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
 from experiments.errors import UserError, one_line
-from experiments.recorded import CONF_DIR
+from experiments.recorded import CONF_DIR, CONFIG_PATH_ENV, config_dirs
 from experiments.recorded.allowlist import TRUSTED_ENV, is_trusted
 from experiments.runs.files import parse_yaml, read_text, read_yaml
 from experiments.runs.layout import RunDir
@@ -51,14 +54,21 @@ _RESOLVER = re.compile(r"\$\{\s*([^:}\s]+)\s*:")
 _ENV_NAME = re.compile(r"\$\{\s*oc\.env\s*:\s*([^,}\s]+)")
 
 
-def read_overrides(path: str | Path) -> list[str]:
+def read_overrides(path: str | Path, searchpath: Sequence[Path] = ()) -> list[str]:
     """The overrides saved in ``path``, each checked (see the module docstring), without
     those that only say where the run went (``resume=``, ``paths.output_dir=``).
+
+    Args:
+        path: the run's ``.hydra/overrides.yaml``.
+        searchpath: config folders the replaying command line gives besides ``conf/`` and
+            ``EXPERIMENTS_CONFIG_PATH``'s (its ``hydra.searchpath``): a group option may be
+            a file of one of them.
 
     Raises:
         UserError: one line naming the file and, for a refused entry, the entry and why.
     """
     path = Path(path)
+    roots = (CONF_DIR, *config_dirs(), *searchpath)
     entries = read_yaml(path, kind=list)
     kept = []
     for number, entry in enumerate(entries, 1):
@@ -68,7 +78,7 @@ def read_overrides(path: str | Path) -> list[str]:
                 f"string (refused before anything runs); restore the file from the run's "
                 f"command, or start a new run"
             )
-        key = check_override(entry, f"{path}: entry {number} {_shown(entry)}")
+        key = check_override(entry, f"{path}: entry {number} {_shown(entry)}", roots)
         if key not in NOT_REPLAYED:
             kept.append(entry)
     return kept
@@ -87,11 +97,27 @@ def check_resumed(argv: list[str]) -> None:
         run = arg.split("=", 1)[1]
         saved = RunDir(Path(run)).saved_overrides
         if run not in ("", "auto", "null") and (saved.exists() or saved.is_symlink()):
-            read_overrides(saved)
+            read_overrides(saved, searchpath_dirs(argv))
 
 
-def check_override(entry: str, where: str) -> str:
-    """Check one saved override; return its key (without ``+``/``++``/``~``).
+def searchpath_dirs(argv: Sequence[str]) -> list[Path]:
+    """The folders of the ``file://`` entries of a ``hydra.searchpath=[...]`` argument (the
+    last one, as Hydra takes it); nothing for none, or one Hydra cannot parse (Hydra says)."""
+    given = [a for a in argv if a.lstrip("+").startswith("hydra.searchpath=")]
+    if not given:
+        return []
+    try:
+        value = _parser().parse_override(given[-1].lstrip("+")).value()
+    except Exception:  # Hydra's own error, when it composes, is the one to show
+        return []
+    entries = value if isinstance(value, list) else [value]
+    return [Path(str(e).removeprefix("file://")) for e in entries
+            if isinstance(e, str) and not e.startswith("pkg://")]  # fmt: skip
+
+
+def check_override(entry: str, where: str, roots: Sequence[Path] = (CONF_DIR,)) -> str:
+    """Check one saved override; return its key (without ``+``/``++``/``~``). ``roots``:
+    the config folders a group option may be a file of (``conf/`` first).
 
     Raises:
         UserError: ``<where>: <why> (refused before anything runs); <way out>``.
@@ -130,8 +156,8 @@ def check_override(entry: str, where: str) -> str:
     value = override.value()
     if key.replace("/", ".") in NOT_REPLAYED:
         return key.replace("/", ".")
-    if key in _groups():
-        _check_option(key, value, refuse)
+    if any(key in _groups(root) for root in roots):
+        _check_option(key, value, refuse, roots)
         return key
     last = segments[-1] if segments else key
     if last == "_target_" or last in ("path", "_args_"):
@@ -200,23 +226,36 @@ def _check_target(key: str, value: Any, refuse) -> None:
             )
 
 
-def _check_option(group: str, value: Any, refuse) -> None:
-    """A group option must be a file of that group in ``conf/`` (or null)."""
-    folder = (CONF_DIR / group).resolve()
+def _check_option(group: str, value: Any, refuse, roots: Sequence[Path] = (CONF_DIR,)) -> None:
+    """A group option must be a file of that group in ``conf/`` or in one of the other
+    config folders ``roots`` names (or null)."""
+    way_out = (
+        f"an option of your own config folder: name it with {CONFIG_PATH_ENV}=<folder> (or "
+        f"hydra.searchpath=[file://<folder>]) as when the run started"
+    )
     for option in value if isinstance(value, list) else [value]:
         if option is None:
             continue
         if not isinstance(option, str) or not option or option.startswith(("/", "\\")):
             raise refuse(f"{group}={_shown(str(option))} is not an option of conf/{group}")
-        file = (folder / f"{option}.yaml").resolve()
-        if not file.is_relative_to(folder) or not file.is_file():
-            raise refuse(f"{group}={_shown(option)} is not an option of conf/{group}")
+        if not any(_is_option(root, group, option) for root in roots):
+            raise refuse(f"{group}={_shown(option)} is not an option of conf/{group}", way_out)
+
+
+def _is_option(root: Path, group: str, option: str) -> bool:
+    """``<root>/<group>/<option>.yaml`` is a file inside that group's folder."""
+    folder = (Path(root) / group).resolve()
+    file = (folder / f"{option}.yaml").resolve()
+    return file.is_relative_to(folder) and file.is_file()
 
 
 @functools.cache
 def _groups(conf_dir: Path = CONF_DIR) -> frozenset[str]:
-    """The config groups: every folder under ``conf/`` (``model``, ``hydra/launcher``)."""
-    root = conf_dir.resolve()
+    """The config groups: every folder under ``conf/`` (``model``, ``hydra/launcher``), or
+    under another config folder."""
+    root = Path(conf_dir).resolve()
+    if not root.is_dir():
+        return frozenset()
     return frozenset(str(d.relative_to(root)) for d in root.rglob("*") if d.is_dir())
 
 

@@ -129,7 +129,7 @@ def write_environment(
         atomic_write(layout.git_diff, lambda f: f.write(diff.encode()))
     requirements = "\n".join(git.get("requirements") or []) + "\n"
     atomic_write(layout.requirements, lambda f: f.write(requirements.encode()))
-    script = reproduce_script(env, run_overrides())
+    script = reproduce_script(env, run_overrides(), run_config_dirs())
     atomic_write(layout.reproduce_script, lambda f: f.write(script.encode()))
     layout.reproduce_script.chmod(0o755)
     return env
@@ -148,6 +148,21 @@ def run_overrides() -> list[str]:
     except Exception:  # not under Hydra's main
         overrides = [a for a in sys.argv[1:] if "=" in a]
     return [o for o in overrides if not o.lstrip("+~").startswith(NOT_REPRODUCED)]
+
+
+# the variable that names your own config folders (read by experiments.recorded.config_dirs)
+CONFIG_PATH_ENV = "EXPERIMENTS_CONFIG_PATH"
+
+
+def run_config_dirs() -> list[str]:
+    """The folders of this run's ``hydra.searchpath`` (``file://`` entries: your own config
+    folders, from ``EXPERIMENTS_CONFIG_PATH``, ``-cd`` or the command line); none when not
+    under Hydra's main."""
+    try:
+        entries = list(HydraConfig.get().searchpath)
+    except Exception:  # not under Hydra's main
+        return []
+    return [str(e).removeprefix("file://") for e in entries if str(e).startswith("file://")]
 
 
 # bidirectional-text controls: they make a line read differently than it runs
@@ -187,9 +202,13 @@ def printable(text: str) -> str:
     return "".join(_escape(c) if is_control(c) else c for c in text)
 
 
-def reproduce_script(env: dict[str, Any], overrides: list[str]) -> str:
+def reproduce_script(
+    env: dict[str, Any], overrides: list[str], config_dirs: list[str] | tuple = ()
+) -> str:
     """``reproduce.sh``: check out the commit, apply git.diff, rebuild the environment from
-    requirements.txt, run the same overrides into a new folder.
+    requirements.txt, run the same overrides into a new folder. A run that composed configs
+    of your own (``config_dirs``) sets ``EXPERIMENTS_CONFIG_PATH`` to those folders unless it
+    is set already (your package must still be importable, and trusted for eval).
 
     Every value is written as one shell word (``shell_word``): the script runs exactly
     these overrides, and no text of theirs (a newline, ``$(...)``, a backtick, ``;``) can
@@ -200,6 +219,14 @@ def reproduce_script(env: dict[str, Any], overrides: list[str]) -> str:
     at += f" with {GIT_DIFF}" if env.get("git_dirty") else ""
     versions = printable(f"python {env.get('python')}, torch {env.get('torch')}")
     diff = f'"$RUN_DIR/{GIT_DIFF}"'
+    own = ""
+    if config_dirs:  # the folders the run composed from, unless the caller names others
+        folders = os.pathsep.join(config_dirs)
+        own = (
+            f"# the run composed configs of your own from {printable(folders)}\n"
+            f'if [ -z "${{{CONFIG_PATH_ENV}:-}}" ]; then '
+            f"export {CONFIG_PATH_ENV}={shell_word(folders)}; fi\n"
+        )
     return f"""#!/usr/bin/env bash
 # Reproduce this run: python -m experiments.train {args}
 # at commit {at}, {versions}.
@@ -223,6 +250,6 @@ if [ -z "$PY" ]; then
   .venv-reproduce/bin/pip install -q --no-deps -e .
   PY=.venv-reproduce/bin/python
 fi
-PYTHONPATH="$REPO/src${{PYTHONPATH:+:$PYTHONPATH}}" \\
+{own}PYTHONPATH="$REPO/src${{PYTHONPATH:+:$PYTHONPATH}}" \\
   "$PY" -m experiments.train {args} "hydra.run.dir=$OUT"
 """

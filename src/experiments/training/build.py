@@ -3,6 +3,7 @@ the building; this module only knows what each object must be handed."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from collections import Counter
@@ -30,10 +31,16 @@ log = logging.getLogger(__name__)
 
 
 def datamodule_and_model(cfg: DictConfig):
-    """The data (set up: the model learns its shape and class count from it) and the model."""
+    """The data (set up: the model learns its shape and class count from it) and the model.
+
+    A model config without a ``net`` is a LightningModule of your own (docs/own_task.md): it
+    builds its own layers, and is handed only the ``optimizer``/``scheduler`` partials its
+    constructor takes (without them its own ``configure_optimizers`` decides)."""
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    if "net" not in cfg.model:
+        return datamodule, instantiate(cfg.model, **optimizer_partials(cfg))
     net = instantiate(
         cfg.model.net, in_shape=datamodule.input_shape, num_classes=datamodule.num_classes
     )
@@ -51,6 +58,18 @@ def datamodule_and_model(cfg: DictConfig):
     if model.init_from:
         model.initialize_from(model.init_from)
     return datamodule, model
+
+
+def optimizer_partials(cfg: DictConfig) -> dict:
+    """``optimizer`` and ``scheduler`` (partials, or None) for the arguments of that name a
+    module of your own takes; nothing for one that configures its own."""
+    takes = inspect.signature(get_object(str(cfg.model._target_))).parameters
+    given = {}
+    if "optimizer" in takes:
+        given["optimizer"] = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
+    if "scheduler" in takes:
+        given["scheduler"] = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
+    return given
 
 
 def model_extras(model_cfg, datamodule) -> dict:

@@ -32,6 +32,8 @@ from experiments.runs.notes import read_tags
 from experiments.secrets import redact_argv
 
 SPLITS = ("train", "val", "test")
+# a classifier's test table; a run with none of them shows every test/* value it has
+CLASSIFIER_KEYS = ("test/acc", "test/balanced_acc", "test/macro_f1", "test/ece")
 # Markdown punctuation that could start markup inline or end a table cell; "<" and "&" are
 # HTML-escaped first, so no raw HTML and no autolink survives
 _MARKUP = re.compile(r"([\\`*_\[\]|~#!])")
@@ -190,8 +192,11 @@ def _read_counts(path: Path) -> dict[str, dict[str, int]]:
 
 
 def split_counts(datamodule) -> dict[str, dict[str, int]]:
-    """Samples per class of each split, ``{"train": {"coat": 90, ...}, ...}``."""
-    names = list(datamodule.class_names)
+    """Samples per class of each split, ``{"train": {"coat": 90, ...}, ...}``; ``{}`` for
+    data without classes (a task of your own)."""
+    names = list(getattr(datamodule, "class_names", None) or [])
+    if not names:
+        return {}
     counts = {}
     for split in SPLITS:
         subset = getattr(datamodule, f"{split}_set", None)
@@ -245,7 +250,8 @@ def _data(cfg, counts: dict) -> list[str]:
     data = cfg.get("data") if cfg is not None else None
     data = data if isinstance(data, dict) else {}
     lines = ["## Data", ""]
-    where = _select(cfg or {}, "data.csv_file") or data.get("dataset")
+    # a data module of your own has neither: it is named by its target
+    where = _select(cfg or {}, "data.csv_file") or data.get("dataset") or data.get("_target_")
     image_dir = _select(cfg or {}, "data.image_dir")
     lines.append(
         f"- source: {md_code(where)}"
@@ -277,7 +283,8 @@ def _recipe(cfg, layout: RunDir, metrics: dict) -> list[str]:
     command = env.get("command")
     command = [str(a) for a in command] if isinstance(command, list) else []
     args = redact_argv([a for a in command[1:] if not a.endswith(".py")])
-    net = _select(cfg or {}, "model.net._target_", "?")
+    # a module of your own has no model.net: it is named by its own target
+    net = _select(cfg or {}, "model.net._target_") or _select(cfg or {}, "model._target_", "?")
     name = _select(cfg or {}, "model.net.name")
     lines = ["## Recipe", ""]
     lines.append(f"- net: {md_code(name or net)}" + (f" ({md_code(net)})" if name else ""))
@@ -363,7 +370,7 @@ def _results(
         from_eval = None
     if from_eval is not None:
         sections.append((_label(best_name, now["best"]), from_eval, _eval_source(from_eval)))
-    elif "test/acc" in metrics:
+    elif any(str(k).startswith("test/") for k in metrics):
         # training tests the best weights when it saved them, else the final weights
         label = _label(best_name, now["best"]) if best else "the final weights (no checkpoint)"
         sections.append((label, metrics, f"the test at the end of training ({METRICS})"))
@@ -401,10 +408,14 @@ def _test_table(label: str, metrics: dict, n: int | None, source: str) -> list[s
             "",
         ]
     lines += ["| metric | value | 95% interval |", "|---|---|---|"]
-    for key in ("test/acc", "test/balanced_acc", "test/macro_f1", "test/ece"):
+    for key in CLASSIFIER_KEYS:
         if key in metrics:
             interval = _interval(metrics[key], n) if key == "test/acc" else ""
             lines.append(f"| {key} | {_num(metrics[key])} | {interval} |")
+    if not any(k in metrics for k in CLASSIFIER_KEYS):  # another task: its own test/* names
+        for key, value in metrics.items():
+            if str(key).startswith("test/") and isinstance(value, int | float):
+                lines.append(f"| {md_text(key)} | {_num(value)} | |")
     if "test/ece_calibrated" in metrics:
         lines.append(f"| test/ece after calibration | {_num(metrics['test/ece_calibrated'])} | |")
     recall = {k.split("/", 2)[2]: v for k, v in metrics.items() if k.startswith("test/recall/")}

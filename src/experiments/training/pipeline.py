@@ -26,6 +26,7 @@ from experiments.callbacks import (
     ValidationAccuracy,
 )
 from experiments.callbacks.fault_tolerance import RunInterrupted
+from experiments.callbacks.state_dict_checkpoint import exported
 from experiments.callbacks.trial_reporter import trial_reporter
 from experiments.compat.hydra import run_composed
 from experiments.compat.lightning import WORKER_INTERRUPTED
@@ -161,14 +162,14 @@ class ChosenEpoch:
     def done_line(self, metrics: dict[str, float], epochs: int) -> str:
         """``val/acc=0.9444 (epoch 7 of 10, best)  test/acc=0.9444``: validation at the
         epoch whose weights were tested, or at the last epoch, labelled as such."""
-        test = [f"{k}={metrics[k]:.4f}" for k in ("test/acc",) if k in metrics]
+        test = [f"{k}={metrics[k]:.4f}" for k in shown_keys("test", self.monitor) if k in metrics]
         if self.epoch is not None and self.value is not None:
             shown = [f"{self.monitor}={self.value:.4f} (epoch {self.epoch} of {epochs}, best)"]
             if self.monitor != "val/acc" and "val/acc" in self.val:  # chosen by another metric
                 shown.append(f"val/acc={self.val['val/acc']:.4f}")
             return "  ".join(shown + test)
-        last = [f"{k}={metrics[k]:.4f} (epoch {epochs}, last)" for k in ("val/acc",)
-                if k in metrics]  # fmt: skip
+        last = [f"{k}={metrics[k]:.4f} (epoch {epochs}, last)"
+                for k in shown_keys("val", self.monitor) if k in metrics]  # fmt: skip
         return "  ".join(last + test)
 
     def table(self, metrics: dict[str, float]) -> dict[str, float]:
@@ -189,6 +190,12 @@ class ChosenEpoch:
         last = {f"{k}_last": v for k, v in metrics.items() if k.startswith("val/")
                 and not k.endswith("_best")}  # fmt: skip
         return {**last, **self.val, f"{self.monitor}_best": self.value, "best_epoch": self.epoch}
+
+
+def shown_keys(stage: str, monitor: str) -> list[str]:
+    """``<stage>/acc`` and the stage's own name of the optimized metric (``test/mae`` for
+    ``val/mae``): what the done line shows of a stage, for a classifier or any task."""
+    return list(dict.fromkeys([f"{stage}/acc", f"{stage}/{monitor.partition('/')[2] or monitor}"]))
 
 
 def chosen_epoch(run_dir: Path, monitor: str, callbacks) -> ChosenEpoch:
@@ -317,7 +324,7 @@ def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, fl
             best.get("monitor"),
             f"{value:.4f}" if value is not None else "?",
         )
-        load_state_dict_file(model.eval_net, checkpoints.best_path, map_location=model.device)
+        load_state_dict_file(exported(model), checkpoints.best_path, map_location=model.device)
     tester = build.single_device_tester(cfg, trainer, loggers)
     metrics: dict[str, float] = {}
     if tester.is_global_zero or tester is trainer:
