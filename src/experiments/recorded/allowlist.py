@@ -9,8 +9,10 @@ called, nothing from ``hydra.*`` is located, and a refused node is one line nami
 The families (``FAMILIES``):
 
 * ``data``: the data modules of ``experiments.data`` (``DigitsData``, ``CsvData``,
-  ``TorchvisionData``, ``DatasetData``; ``ImageDataModule``, the flat name older runs saved);
-* ``module``: :class:`experiments.models.ClassificationModule`;
+  ``TorchvisionData``, ``DatasetData``; ``ImageDataModule``, the flat name older runs saved;
+  ``tabular.TabularData``);
+* ``module``: :class:`experiments.models.ClassificationModule`,
+  :class:`experiments.models.regression.RegressionModule`;
 * ``net``: our nets and model builders (``experiments.models``: CNN, MLP, ResNet9,
   resnet18, backbone -- timm and torchvision by name) and torchvision's model builders
   (``torchvision.models.<name>`` for a name of ``list_models()``), built without
@@ -42,13 +44,19 @@ OURS = {
     "data": {
         n: "experiments.data"
         for n in ("DigitsData", "CsvData", "TorchvisionData", "DatasetData", "ImageDataModule")
+    }
+    | {"TabularData": "experiments.data.tabular"},
+    "module": {
+        "ClassificationModule": "experiments.models",
+        "RegressionModule": "experiments.models.regression",
     },
-    "module": {"ClassificationModule": "experiments.models"},
     "net": {n: "experiments.models" for n in ("CNN", "MLP", "ResNet9", "resnet18", "backbone")},
 }
 DESCRIBE = {
-    "data": "experiments.data.{DigitsData,CsvData,TorchvisionData,DatasetData,ImageDataModule}",
-    "module": "experiments.models.ClassificationModule",
+    "data": "experiments.data.{DigitsData,CsvData,TorchvisionData,DatasetData,ImageDataModule}"
+    " or experiments.data.tabular.TabularData",
+    "module": "experiments.models.ClassificationModule or "
+    "experiments.models.regression.RegressionModule",
     "net": "experiments.models.{CNN,MLP,ResNet9,resnet18,backbone} or torchvision.models.<name>",
     "transform": "torchvision.transforms.v2 transforms (not Lambda) or "
     "experiments.data.transforms classes",
