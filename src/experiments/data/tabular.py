@@ -43,6 +43,8 @@ class TabularData(L.LightningDataModule):
         split_seed: fixes the split (alone: the training seed does not move it).
         folds, fold: k-fold cross-validation (``cv.folds``): validate on fold ``fold`` of
             ``folds`` of the non-test rows.
+        augment: image augmentation (the ``augment`` group) has no meaning for a table: null
+            only, so ``data=diabetes`` composes with the default ``augment=none``.
     """
 
     def __init__(
@@ -57,8 +59,13 @@ class TabularData(L.LightningDataModule):
         split_seed: int = 0,
         folds: Annotated[int, Ge(2)] | None = None,
         fold: Annotated[int, Ge(0)] = 0,
+        augment: None = None,
     ) -> None:
         super().__init__()
+        if augment is not None:
+            raise UserError(
+                "data.augment: image augmentation does not apply to a table: augment=none"
+            )
         if csv_file is None and (target_column is not None or feature_columns is not None):
             raise UserError(
                 "data.target_column and data.feature_columns name columns of data.csv_file, "
@@ -156,7 +163,7 @@ def read_table(
         UserError: the file is unreadable, too large, not UTF-8, or a row or column is wrong.
     """
     text = read_text(csv_file, max_bytes=MAX_CSV_BYTES)
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = [c.strip() for c in next(reader, [])]
         columns = _columns(csv_file, header, target_column, feature_columns)

@@ -74,6 +74,9 @@ class RegressionModule(L.LightningModule):
         metrics = MetricCollection(
             {"mae": MeanAbsoluteError(), "mse": MeanSquaredError(), "r2": R2Score()}
         )
+        # float64 sums: R² is 1 - SSres / (sum y² - (sum y)² / n), which cancels away in
+        # float32 when the target's mean is large beside its spread (prices, say)
+        metrics.set_dtype(torch.float64)
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
 
@@ -156,7 +159,7 @@ class RegressionModule(L.LightningModule):
                  prog_bar=stage == "train", batch_size=len(y))  # fmt: skip
         if stage != "train":
             metrics = self.val_metrics if stage == "val" else self.test_metrics
-            metrics.update(self.to_original(pred.detach()), y)
+            metrics.update(self.to_original(pred.detach()).double(), y.double())
             self.log_dict(metrics, on_epoch=True, batch_size=len(y))
         return loss
 
