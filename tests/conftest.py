@@ -1,5 +1,5 @@
 """Fixtures (configs composed over temp dirs, the digits data) and the suite's hooks; the
-helpers themselves live in tests/helpers.py."""
+helpers live in tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -11,17 +11,6 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from experiments.config import CONF_DIR
-
-# older spellings: test files import these from here
-from tests.helpers import (  # noqa: F401
-    REPO,
-    SUBPROCESS_TIMEOUT,
-    run_cli,
-    run_inproc,
-    run_process,
-    train_cli,
-    write_image_folder,
-)  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """The suite's one helper module: how a test runs a command (in this process, or as a process
-where the process is what is tested), small data on disk, and the datasets, nets and
-callbacks that configs name by ``_target_`` (importable from a run's own process too)."""
+where the process is what is tested), small data on disk (images, synthetic run folders, an
+offline W&B run read back), and the datasets, nets and callbacks that configs name by
+``_target_`` (importable from a run's own process too)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import csv
 import gc
 import importlib
 import io
+import itertools
+import json
 import logging
 import os
+import random
+import runpy
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -24,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from lightning.pytorch import Callback
@@ -33,6 +40,7 @@ from torch.utils.data import Dataset
 
 from experiments.callbacks.profiling import Profiling
 from experiments.errors import UserError
+from experiments.runs.layout import RunDir, SweepDir
 
 REPO = Path(__file__).resolve().parents[1]
 # generous: a subprocess test waits for an event (an exit), never for a guessed duration, and
@@ -94,20 +102,9 @@ def run_cli(
     return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
 
 
-def _entry(module: str):
-    """What ``python -m module`` calls: the module's ``main`` (a command's door,
-    ``experiments.train`` -> ``cli.commands.train``), or None for a module without one (run
-    as ``__main__`` by runpy)."""
-    with contextlib.suppress(ImportError):
-        return getattr(importlib.import_module(module), "main", None)
-    return None
-
-
 @contextlib.contextmanager
 def _restored(cwd: Path, env_extra: dict | None):
-    """What a command may change in its process and a test process must get back: cwd,
-    argv, sys.path, environment, warning filters, logging, signal handlers, the collector,
-    Hydra's global state and torch's determinism switch."""
+    """Gives a test process back what a command may change in its process."""
     saved = (os.getcwd(), list(sys.argv), list(sys.path), dict(os.environ), gc.isenabled())
     loggers = {n: (lg.level, list(lg.handlers), lg.propagate, lg.disabled) for n, lg in
                [("", logging.root), *logging.root.manager.loggerDict.items()]
@@ -163,8 +160,8 @@ def run_inproc(
     *args: str, cwd: Path, env_extra: dict | None = None, **_: object
 ) -> subprocess.CompletedProcess:
     """``run_cli`` without a process: ``python -m <module> args`` as a call of the module's
-    console entry point in this process (no 5 s of imports), with its exit code, stdout and
-    stderr captured, and the process state it touched restored (``_restored``). Not for
+    ``main`` (or the module run as ``__main__``) in this process (no 5 s of imports), with its
+    exit code, stdout and stderr captured, and the process state it touched restored. Not for
     signals, launches of other processes, start-up, or environment that a library reads when
     it is imported; pytest's timeout bounds a hung one (``timeout=`` is accepted and unused)."""
     assert args[0] == "-m", args
@@ -175,10 +172,10 @@ def run_inproc(
     with _restored(cwd, env_extra), redirect[0], redirect[1]:
         sys.argv[:] = [module, *argv]
         try:
-            entry = _entry(module)
+            entry = None
+            with contextlib.suppress(ImportError):
+                entry = getattr(importlib.import_module(module), "main", None)
             if entry is None:
-                import runpy
-
                 runpy.run_module(module, run_name="__main__", alter_sys=True)
             else:
                 entry()
@@ -225,16 +222,173 @@ def write_image_folder(
     return csv_file, image_dir
 
 
+# Synthetic run folders in the real format, many at once and with no training: for the lab
+# notebook's tests and its benchmark (benchmarks/notebook.py).
+LRS = (0.01, 0.03, 0.1, 0.3)
+START = 1_790_000_000.0  # the first run's start time (2026-09); each next one a minute later
+
+
+def _saved_config(data: str, model: str, lr: float, seed: int, tags: list[str]) -> dict:
+    """A saved ``.hydra/config.yaml`` as Hydra writes it (unresolved interpolations), of the
+    size and shape of a real one."""
+    return {
+        "task_name": "train", "seed": seed, "optimized_metric": "val/acc",
+        "optimized_mode": "max", "tags": tags, "resume": None, "test": True,
+        "cv": {"folds": None},
+        "model": {
+            "_target_": "experiments.models.ClassificationModule", "loss": "auto",
+            "label_smoothing": 0.0, "monitor": "${optimized_metric}", "ema_decay": None,
+            "net": {"_target_": f"experiments.models.{model.upper()}",
+                    "hidden_sizes": [128, 64], "dropout": 0.0},
+        },
+        "optimizer": {"_target_": "torch.optim.SGD", "_partial_": True, "lr": lr,
+                      "momentum": 0.9, "weight_decay": 0.0, "nesterov": False},
+        "scheduler": None,
+        "data": {"_target_": "experiments.data.ImageDataModule", "dataset": data,
+                 "root": "${paths.data_dir}/" + data, "batch_size": 64, "num_workers": 0,
+                 "val_fraction": 0.15, "split_seed": 0,
+                 "stats_file": "${paths.output_dir}/data_stats.json"},
+        "trainer": {"_target_": "lightning.pytorch.Trainer", "accelerator": "cpu",
+                    "devices": 1, "max_epochs": 10, "precision": "32-true",
+                    "gradient_clip_val": None, "deterministic": False},
+        "callbacks": {"model_checkpoint": {"monitor": "${optimized_metric}", "save_top_k": 1},
+                      "early_stopping": {"enabled": False, "patience": 5}},
+        "logger": {"csv": {"_target_": "experiments.tracking.csv.CSVLogger", "name": ""}},
+        "paths": {"root_dir": "${oc.env:EXPERIMENTS_ROOT,.}",
+                  "data_dir": "${paths.root_dir}/data",
+                  "output_dir": "${hydra:runtime.output_dir}"},
+    }  # fmt: skip
+
+
+def _accuracy(data: str, model: str, lr: float, seed: int, epoch: int) -> float:
+    """A made-up but deterministic learning curve: better with the right lr, cnn, digits."""
+    base = 0.9 if data == "digits" else 0.8
+    base += 0.04 * (model == "cnn") - 0.1 * abs(LRS.index(lr) - 2) / 2
+    noise = random.Random(f"{data}{model}{lr}{seed}").uniform(-0.02, 0.02)
+    return round(min(0.999, base + noise - 0.3 / (epoch + 1)), 6)
+
+
+def write_run(
+    path: Path, data: str, model: str, lr: float, seed: int, *, tags=(), epochs: int = 6,
+    start: float = START, job: bool = False,
+) -> Path:  # fmt: skip
+    """One finished run folder: config, overrides, Hydra's choices, metrics.json, best.json
+    and the CSV logger's rows, with every file's mtime set to ``start`` (the run's start)."""
+    run = RunDir(path)
+    run.saved_config.parent.mkdir(parents=True, exist_ok=True)
+    run.saved_config.write_text(yaml.safe_dump(_saved_config(data, model, lr, seed, list(tags)),
+                                               sort_keys=False))  # fmt: skip
+    overrides = [f"data={data}", f"model={model}", f"optimizer.lr={lr}", f"seed={seed}"]
+    run.saved_overrides.write_text(yaml.safe_dump(overrides))
+    choices = {"experiment": None, "hydra": "default", "paths": "default", "logger": "csv",
+               "trainer": "default", "data": data, "scheduler": "none", "optimizer": "sgd",
+               "model": model, "hydra/launcher": "basic"}  # fmt: skip
+    hydra = {"hydra": {"run": {"dir": str(path)}, "runtime": {"output_dir": str(path),
+                                                             "choices": choices}}}  # fmt: skip
+    run.hydra_runtime.write_text(yaml.safe_dump(hydra, sort_keys=False))
+    curve = [_accuracy(data, model, lr, seed, e) for e in range(epochs)]
+    best = max(range(epochs), key=lambda e: curve[e])
+    losses = [round(1.5 - c, 6) for c in curve]
+    metrics = {
+        "val/acc": curve[-1], "val/loss": losses[-1], "val/acc_best": curve[best],
+        "test/acc": round(curve[best] - 0.01, 6), "test/loss": losses[best] + 0.01,
+        "test/recall/0": 0.5, "epochs": epochs, "best_epoch": best + 1, "seed": seed,
+        "wall_time_s": 10.0 + seed, "run_dir": str(path),
+    }  # fmt: skip
+    run.metrics.write_text(json.dumps(metrics, indent=2))
+    run.checkpoints.mkdir(exist_ok=True)
+    val = {"val/acc": curve[best], "val/loss": losses[best], "val/acc_best": curve[best]}
+    sidecar = {"epoch": best + 1, "epoch_base": 1, "global_step": 10 * (best + 1),
+               "monitor": "val/acc", "value": curve[best], "metrics": val}  # fmt: skip
+    run.best_json.write_text(json.dumps(sidecar))
+    run.csv_metrics.parent.mkdir(exist_ok=True)
+    lines = ["epoch,step,train/loss,val/acc,val/loss"]
+    for e in range(epochs):
+        lines.append(f"{e},{10 * e + 9},{losses[e] + 0.05},,")
+        lines.append(f"{e},{10 * e + 9},,{curve[e]},{losses[e]}")
+    run.csv_metrics.write_text("\n".join(lines) + "\n")
+    if job:
+        record = {"status": "ok", "overrides": overrides, "value": curve[best], "num": 0}
+        SweepDir.job_file(path).write_text(json.dumps(record))
+    for f in path.rglob("*"):
+        os.utime(f, (start, start))
+    return path
+
+
+def write_runs(root: Path, n: int, jobs_per_sweep: int = 20, tag_every: int = 3) -> list[Path]:
+    """``n`` finished runs under ``root``: sweeps of ``jobs_per_sweep`` jobs (``sweep_<k>/<j>``,
+    each sweep one data set and model over lrs x seeds, with ``sweep.json``), newest last.
+    Every ``tag_every``-th run was launched with ``tags=[baseline]``."""
+    paths = []
+    for i in range(n):
+        s, j = divmod(i, jobs_per_sweep)
+        data, model = ("digits", "fashion_mnist")[s % 2], ("mlp", "cnn")[(s // 2) % 2]
+        lr, seed = LRS[j % len(LRS)], (j // len(LRS)) % 5
+        sweep = root / f"sweep_{s:03d}"
+        if j == 0:
+            sweep.mkdir(parents=True, exist_ok=True)
+            SweepDir(sweep).sweep_file.write_text(json.dumps({"space": ["optimizer.lr", "seed"]}))
+        tags = ["baseline"] if i % tag_every == 0 else []
+        paths.append(write_run(sweep / str(j), data, model, lr, seed, tags=tags,
+                               start=START + 60 * i, job=True))  # fmt: skip
+    return paths
+
+
+def wandb_records(path: str | Path):
+    """The ``wandb_internal_pb2.Record``s of an offline run's ``run-<id>.wandb`` file (offline
+    mode writes no summary JSON: the run lives only here). The format is LevelDB's log: a
+    7-byte ``:W&B`` header, then 32 KiB blocks of chunks, each behind a 7-byte crc/length/type
+    header; a record is one FULL chunk or a FIRST, MIDDLEs and a LAST."""
+    from wandb.proto import wandb_internal_pb2 as pb  # lazy: most tests never import wandb
+
+    block, full, first, last = 32 * 1024, 1, 2, 4
+    data = Path(path).read_bytes()
+    assert data[:4] == b":W&B", f"{path} is not a W&B run file"
+    pos, pending = 7, b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # too little left in the block for a header: padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == length == 0:
+            break
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        pending = chunk if kind in (full, first) else pending + chunk
+        if kind in (full, last):
+            rec = pb.Record()
+            rec.ParseFromString(pending)
+            yield rec
+
+
+def read_wandb_run(run_dir: Path) -> dict:
+    """``{"run": RunRecord, "config": {...}, "history": [rows], "exit": code}`` of the one
+    offline W&B run under ``run_dir``."""
+    files = list(run_dir.rglob("run-*.wandb"))
+    assert len(files) == 1, files
+    out = {"run": None, "config": {}, "history": [], "exit": None}
+    for rec in wandb_records(files[0]):
+        kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            out["run"] = rec.run
+        if kind in ("run", "config"):
+            update = (rec.run.config if kind == "run" else rec.config).update
+            out["config"].update((item.key, json.loads(item.value_json)) for item in update)
+        elif kind == "history":
+            items = rec.history.item
+            row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
+            out["history"].append(row)
+        elif kind == "exit":
+            out["exit"] = rec.exit.exit_code
+    return out
+
+
 class VirtualTime:
-    """Seconds of slow work that stand-ins "spent" without spending them: added to the real
-    clock by ``VirtualClockProfiling``, so a slow dataset or a slow step is slow by
-    construction, however busy the machine is (a real sleep competes with real load)."""
+    """Seconds of slow work that stand-ins "spent" without spending them, added to the real
+    clock by ``VirtualClockProfiling``: slow by construction, however busy the machine is (a
+    real sleep competes with real load)."""
 
     extra = 0.0
-
-    @classmethod
-    def spend(cls, seconds: float) -> None:
-        cls.extra += seconds
 
 
 class VirtualClockProfiling(Profiling):
@@ -245,143 +399,51 @@ class VirtualClockProfiling(Profiling):
 
 
 class RandomImages(Dataset):
-    """Seeded random ``(C, H, W)`` tensors with labels; each read costs ``delay`` seconds of
-    virtual time (``VirtualTime``), standing in for slow decoding or remote storage."""
+    """Seeded random ``(C, H, W)`` tensors with labels. Each read costs ``delay`` seconds of
+    virtual time (slow decoding or remote storage); past ``fail_after`` reads it raises (a job
+    that dies mid-fit), past ``nan_after`` it returns NaN images (corrupt input). With
+    ``record_dir``, each index read is appended to ``reads-<pid>-<k>.txt`` there (k: the order
+    in which recording sets were made; 0 is the first train set): who read what, on disk."""
+
+    made = itertools.count()
 
     def __init__(
-        self,
-        n: int,
-        shape: Sequence[int],
-        num_classes: int,
-        delay: float,
-        seed: int,
-        fail_after: int = -1,
-        nan_after: int = -1,
-    ):
+        self, n: int, shape: Sequence[int], num_classes: int, delay: float, seed: int,
+        fail_after: int = -1, nan_after: int = -1, record_dir: str | None = None,
+    ):  # fmt: skip
         gen = torch.Generator().manual_seed(seed)
         self.x = torch.randn(n, *shape, generator=gen)
         self.targets = torch.arange(n) % num_classes
-        self.delay = delay
-        self.fail_after = fail_after
-        self.nan_after = nan_after
+        self.delay, self.fail_after, self.nan_after = delay, fail_after, nan_after
+        self.record_dir, self.instance = record_dir, next(self.made) if record_dir else None
         self.reads = 0
 
     def __len__(self) -> int:
         return len(self.x)
 
     def __getitem__(self, i: int):
+        if self.record_dir:
+            with open(f"{self.record_dir}/reads-{os.getpid()}-{self.instance}.txt", "a") as f:
+                f.write(f"{i}\n")
         self.reads += 1
         if 0 <= self.fail_after < self.reads:
-            raise RuntimeError(f"disk error reading sample {i}")  # a job that dies mid-fit
-        if self.delay:
-            VirtualTime.spend(self.delay)
+            raise RuntimeError(f"disk error reading sample {i}")
+        VirtualTime.extra += self.delay
         if 0 <= self.nan_after < self.reads:
-            return torch.full_like(self.x[i], float("nan")), self.targets[i]  # corrupt input
+            return torch.full_like(self.x[i], float("nan")), self.targets[i]
         return self.x[i], self.targets[i]
 
 
 def random_sets(
-    transform=None,
-    target_transform=None,
-    n: int = 400,
-    shape=(1, 8, 8),
-    num_classes: int = 4,
-    delay: float = 0.0,
-    fail_after: int = -1,
-    nan_after: int = -1,
-):
-    """Train and test sets of RandomImages (transforms are ignored: these are tensors).
-
-    ``fail_after`` >= 0 makes the train set raise after that many reads; ``nan_after``
-    makes it return NaN images after that many reads.
-    """
+    transform=None, target_transform=None, n: int = 400, shape=(1, 8, 8), num_classes: int = 4,
+    delay: float = 0.0, fail_after: int = -1, nan_after: int = -1, record_dir: str | None = None,
+):  # fmt: skip
+    """Train and test sets of RandomImages (transforms are ignored: these are tensors); the
+    faults (``fail_after``, ``nan_after``) are the train set's."""
     return (
-        RandomImages(n, shape, num_classes, delay, 0, fail_after, nan_after),
-        RandomImages(n // 4, shape, num_classes, delay, 1),
+        RandomImages(n, shape, num_classes, delay, 0, fail_after, nan_after, record_dir),
+        RandomImages(n // 4, shape, num_classes, delay, 1, record_dir=record_dir),
     )
-
-
-class SlowNet(nn.Module):
-    """A linear classifier whose every forward costs ``seconds`` of virtual time: a step
-    that is slow by construction (``VirtualTime``)."""
-
-    def __init__(self, in_shape: Sequence[int], num_classes: int, seconds: float = 1.0) -> None:
-        super().__init__()
-        self.flat = nn.Flatten()
-        self.fc = nn.Linear(int(torch.tensor(in_shape).prod()), num_classes)
-        self.seconds = seconds
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        VirtualTime.spend(self.seconds)
-        return self.fc(self.flat(x))
-
-
-class BranchyNet(nn.Module):
-    """A net with a data-dependent ``if``: torch.compile must break the graph there."""
-
-    def __init__(self, in_shape: Sequence[int], num_classes: int) -> None:
-        super().__init__()
-        self.flat = nn.Flatten()
-        self.fc = nn.Linear(int(torch.tensor(in_shape).prod()), num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.fc(self.flat(x))
-        if h.sum() > 0:  # depends on the values: Dynamo cannot trace through it
-            return h * 2
-        return h
-
-
-_instances = 0
-
-
-class RecordingImages(RandomImages):
-    """RandomImages that appends every index it serves to ``<record_dir>/reads-<pid>-<k>.txt``
-    (k: the order in which instances were created; 0 is the first train set built)."""
-
-    def __init__(self, record_dir: str, *args, **kwargs) -> None:
-        global _instances
-        super().__init__(*args, **kwargs)
-        self.record_dir = record_dir
-        self.instance = _instances
-        _instances += 1
-
-    def __getitem__(self, i: int):
-
-        with open(f"{self.record_dir}/reads-{os.getpid()}-{self.instance}.txt", "a") as f:
-            f.write(f"{i}\n")
-        return super().__getitem__(i)
-
-
-def recording_sets(transform=None, target_transform=None, record_dir: str = ".", n: int = 400):
-    """Train/test RecordingImages: which process read which sample, on disk."""
-    return (
-        RecordingImages(record_dir, n, (1, 8, 8), 4, 0.0, 0),
-        RecordingImages(record_dir, n // 4, (1, 8, 8), 4, 0.0, 1),
-    )
-
-
-class Payload:
-    """Pickles to a call that creates ``target``: proof, if the file appears, that loading
-    a checkpoint ran code."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-
-    def __reduce__(self):
-        return (open, (self.target, "w"))
-
-
-class SignalAt(Callback):
-    """Sends ``signum`` to this very process after training step ``step``: a test's
-    interruption at a known point, instead of a signal sent after a guessed sleep."""
-
-    def __init__(self, step: int, signum: int = 15) -> None:
-        self.step = step
-        self.signum = signum
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
-            os.kill(os.getpid(), self.signum)
 
 
 class Untargeted(Dataset):
@@ -402,6 +464,61 @@ def untargeted_sets(transform=None, target_transform=None, n: int = 200):
     return Untargeted(n, 0), Untargeted(n // 4, 1)
 
 
+class SlowNet(nn.Module):
+    """A linear classifier whose every forward costs ``seconds`` of virtual time: a step
+    that is slow by construction."""
+
+    def __init__(self, in_shape: Sequence[int], num_classes: int, seconds: float = 0.0) -> None:
+        super().__init__()
+        self.flat = nn.Flatten()
+        self.fc = nn.Linear(int(torch.tensor(in_shape).prod()), num_classes)
+        self.seconds = seconds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        VirtualTime.extra += self.seconds
+        return self.fc(self.flat(x))
+
+
+class BranchyNet(SlowNet):
+    """A net with a data-dependent ``if``: torch.compile must break the graph there."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = super().forward(x)
+        return h * 2 if h.sum() > 0 else h  # depends on the values: Dynamo cannot trace it
+
+
+class Payload:
+    """Pickles to a call that creates ``target``: proof, if the file appears, that loading
+    a checkpoint ran code."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def __reduce__(self):
+        return (open, (self.target, "w"))
+
+
+class SignalAt(Callback):
+    """Sends ``signum`` to this very process after training step ``step``: an interruption at
+    a known point, not a signal sent after a guessed sleep. With ``marker``, in sweep job
+    ``job`` only and the first time only (the marker records it): a sweep stopped at a known
+    point whose re-run, with the very same command, is not stopped again."""
+
+    def __init__(self, step: int, signum: int = 15, marker: str | None = None, job: int = 0):
+        self.step, self.signum, self.marker, self.job = step, signum, marker, job
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step != self.step:
+            return
+        if self.marker:
+            if Path(self.marker).exists() or not HydraConfig.initialized():
+                return
+            if HydraConfig.get().job.num != self.job:
+                return
+            Path(self.marker).touch()
+        os.kill(os.getpid(), self.signum)
+
+
 class GcProbe(Callback):
     """Appends ``<collector enabled> <objects frozen>`` to ``path`` at each fit's first step."""
 
@@ -409,7 +526,6 @@ class GcProbe(Callback):
         self.path = path
 
     def on_train_start(self, trainer, pl_module) -> None:
-
         with open(self.path, "a") as f:
             f.write(f"{gc.isenabled()} {gc.get_freeze_count()}\n")
 
@@ -425,7 +541,6 @@ class Rendezvous(Callback):
         self.wait_epochs, self.count, self.timeout = wait_epochs, count, timeout
 
     def on_train_start(self, trainer, pl_module) -> None:
-
         if trainer.max_epochs != self.wait_epochs:
             return
         deadline = time.monotonic() + self.timeout
@@ -435,26 +550,8 @@ class Rendezvous(Callback):
             time.sleep(0.05)
 
     def on_train_end(self, trainer, pl_module) -> None:
-
         if trainer.max_epochs != self.wait_epochs:
             Path(self.folder, f"ended-{os.getpid()}-{time.time_ns()}").touch()
-
-
-class SignalOnce(Callback):
-    """Sends ``signum`` to this process after training step ``step`` of sweep job ``job``,
-    the first time only (``marker`` records that it did): a sweep stopped at a known point
-    whose re-run, with the very same command, is not stopped again."""
-
-    def __init__(self, step: int, marker: str, job: int = 0, signum: int = 2) -> None:
-        self.step, self.marker, self.job, self.signum = step, marker, job, signum
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-
-        if trainer.global_step != self.step or Path(self.marker).exists():
-            return
-        if HydraConfig.initialized() and HydraConfig.get().job.num == self.job:
-            Path(self.marker).touch()
-            os.kill(os.getpid(), self.signum)
 
 
 class FillDiskOnce(Callback):
@@ -465,10 +562,8 @@ class FillDiskOnce(Callback):
         self.epoch, self.ballast, self.marker = epoch, ballast, marker
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-
         if trainer.current_epoch != self.epoch or Path(self.marker).exists():
             return
-
         Path(self.marker).touch()
         with contextlib.suppress(OSError), open(self.ballast, "wb") as f:
             while True:
@@ -477,17 +572,22 @@ class FillDiskOnce(Callback):
 
 
 class OomAbove(Callback):
-    """Raise torch's out-of-memory error for a training batch larger than ``max_batch``:
-    what a GPU does when the batch does not fit, faked on a CPU."""
+    """Out of memory for a training batch larger than ``max_batch``: torch's CUDA error, what
+    a GPU does when the batch does not fit, faked on a CPU; or, with ``allocator``, a request
+    of 1 PiB from the CPU allocator, whose real ``can't allocate memory`` RuntimeError is what
+    a too-large batch on a CPU ends in."""
 
-    def __init__(self, max_batch: int) -> None:
-        self.max_batch = max_batch
+    def __init__(self, max_batch: int, allocator: bool = False) -> None:
+        self.max_batch, self.allocator = max_batch, allocator
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if batch[0].shape[0] > self.max_batch:
-            raise torch.OutOfMemoryError(
-                f"CUDA out of memory (simulated): batch of {batch[0].shape[0]} > {self.max_batch}"
-            )
+        if batch[0].shape[0] <= self.max_batch:
+            return
+        if self.allocator:
+            torch.empty(2**50, dtype=torch.uint8)  # more than any address space
+        raise torch.OutOfMemoryError(
+            f"CUDA out of memory (simulated): batch of {batch[0].shape[0]} > {self.max_batch}"
+        )
 
 
 class NanAboveLr(Callback):
@@ -504,17 +604,20 @@ class NanAboveLr(Callback):
                 next(pl_module.net.parameters()).fill_(float("nan"))
 
 
-class CpuAllocatorFailsAbove(Callback):
-    """For a training batch larger than ``max_batch``, asks the CPU allocator for 1 PiB:
-    more than any address space, so the real ``DefaultCPUAllocator: can't allocate memory``
-    RuntimeError is raised (what a too-large batch on a CPU ends in), not a fake one."""
+class CollapseAtEpoch(Callback):
+    """Zeroes the net's weights before epoch ``epoch``'s validation (1-based): a run that
+    collapses late, so its last epoch scores chance while ``best.pt`` keeps a good epoch
+    (every logit equal: each sample is predicted as the first class)."""
 
-    def __init__(self, max_batch: int) -> None:
-        self.max_batch = max_batch
+    def __init__(self, epoch: int = 1) -> None:
+        self.epoch = epoch
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if batch[0].shape[0] > self.max_batch:
-            torch.empty(2**50, dtype=torch.uint8)
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.current_epoch + 1 != self.epoch:
+            return
+        with torch.no_grad():
+            for param in pl_module.parameters():
+                param.zero_()
 
 
 class RefuseValue(Callback):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_process
+from tests.helpers import REPO, run_process
 
 SRC = REPO / "src" / "experiments"
 # what runs before Hydra, or for eval/predict before anything is built

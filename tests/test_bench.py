@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_cli
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_process
+from tests.helpers import run_process
 
 BIN = Path(sys.executable).parent
 

@@ -14,7 +14,7 @@ from torchvision.transforms import v2
 
 from experiments.data import CsvData, CsvImageDataset, OneHot, TorchvisionData, export_digits
 from experiments.errors import UserError
-from tests.conftest import write_image_folder
+from tests.helpers import write_image_folder
 
 TO_TENSOR = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
 

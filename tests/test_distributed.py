@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
 from experiments.training.pipeline import train
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_cli
 
 ENV = {"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.helpers"}
 
@@ -23,7 +23,7 @@ def test_two_process_run_one_dir_disjoint_shards_global_val_acc(tmp_path, data_d
     reads = tmp_path / "reads"
     reads.mkdir()
     dataset = (
-        f"data.dataset={{_target_:tests.helpers.recording_sets,_partial_:true,"
+        f"data.dataset={{_target_:tests.helpers.random_sets,_partial_:true,"
         f"record_dir:'{reads}',n:400}}"
     )
     res = run_cli(

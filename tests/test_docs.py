@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @pytest.mark.parametrize(("doc", "at_least"), [("faults.md", 15), ("security.md", 25)])

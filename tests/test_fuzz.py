@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from experiments.errors import UserError
-from tests.conftest import train_cli, write_image_folder
+from tests.helpers import train_cli, write_image_folder
 from tests.test_payloads import targets
 
 EXAMPLES = int(os.environ.get("EXPERIMENTS_FUZZ_EXAMPLES", "12"))

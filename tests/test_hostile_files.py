@@ -95,7 +95,7 @@ def test_safe_pickle_refuses_object_arrays_and_any_callable(tmp_path):
 
 
 def _csv_run(tmp_path, rows: list[str]):
-    from tests.conftest import write_image_folder
+    from tests.helpers import write_image_folder
 
     csv_file, image_dir = write_image_folder(tmp_path / "imgs", n=12)
     csv_file.write_text("filename,label\n" + "\n".join(rows) + "\n")

@@ -24,8 +24,7 @@ from experiments.analysis.stats import metric_bounds, summarize
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir
 from experiments.runs.lock import RunLock
-from tests.helpers import REPO, run_inproc, run_process
-from tests.notebook_helpers import write_run, write_runs
+from tests.helpers import REPO, run_inproc, run_process, write_run, write_runs
 
 CMD = "experiments.cli.runs"  # the experiments-runs console script
 

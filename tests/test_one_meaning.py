@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import run_inproc, write_image_folder
+from tests.helpers import run_inproc, wandb_records, write_image_folder
 from tests.test_tracking import no_account_env
-from tests.wandb_reader import records
 
-# a run that collapses in its last epoch (tests/one_meaning_helpers.py): epoch 3 scores chance
+# a run that collapses in its last epoch (tests.helpers.CollapseAtEpoch): epoch 3 scores chance
 COLLAPSE = [
-    "+callbacks.collapse._target_=tests.one_meaning_helpers.CollapseAtEpoch",
+    "+callbacks.collapse._target_=tests.helpers.CollapseAtEpoch",
     "+callbacks.collapse.epoch=3",
     "trainer.max_epochs=3",
 ]
@@ -34,7 +33,7 @@ def _wandb_summary(run_dir) -> dict:
     """The final W&B run summary of an offline run, from its record log."""
     (path,) = run_dir.rglob("run-*.wandb")
     summary: dict = {}
-    for rec in records(path):
+    for rec in wandb_records(path):
         if rec.WhichOneof("record_type") != "summary":
             continue
         for item in rec.summary.update:

@@ -150,7 +150,7 @@ def test_a_lost_job_is_recorded_and_run_again_on_ray_started_here(tmp_path, data
     # (SIGKILL, as when its node goes) after its first step, the first time only
     res, sweep = _sweep(
         tmp_path, data_dir, "hydra.launcher.num_cpus=2", "optimizer.lr=0.01,0.1",
-        "debug=limit", "+callbacks.die._target_=tests.helpers.SignalOnce",
+        "debug=limit", "+callbacks.die._target_=tests.helpers.SignalAt",
         "+callbacks.die.step=1", "+callbacks.die.job=0", "+callbacks.die.signum=9",
         f"+callbacks.die.marker={tmp_path / 'died'}",
     )  # fmt: skip
@@ -204,7 +204,7 @@ def test_a_job_lost_past_its_retries_is_failed_and_the_summary_written(tmp_path,
     # its worker is killed (SIGKILL, as when its node goes) and lost_retries=0: no crash
     res, sweep = _sweep(
         tmp_path, data_dir, "hydra.launcher.lost_retries=0", "debug=limit",
-        "+callbacks.die._target_=tests.helpers.SignalOnce", "+callbacks.die.step=1",
+        "+callbacks.die._target_=tests.helpers.SignalAt", "+callbacks.die.step=1",
         "+callbacks.die.job=0", "+callbacks.die.signum=9",
         f"+callbacks.die.marker={tmp_path / 'died'}", address=cluster,
     )  # fmt: skip

@@ -80,7 +80,7 @@ def test_the_cpu_allocators_out_of_memory_halves_the_batch_too(tmp_path, data_di
     run = tmp_path / "r"
     res = run_inproc(
         "-m", "experiments.train", "data.batch_size=64", "debug=limit", "logger=none",
-        "+callbacks.oom._target_=tests.helpers.CpuAllocatorFailsAbove",
+        "+callbacks.oom._target_=tests.helpers.OomAbove", "+callbacks.oom.allocator=true",
         "+callbacks.oom.max_batch=16", f"paths.data_dir={data_dir}", f"hydra.run.dir={run}",
         cwd=tmp_path,
     )  # fmt: skip

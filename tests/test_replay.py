@@ -267,7 +267,7 @@ REFUSED = {
 def test_saved_overrides_are_replayed_or_refused_by_what_they_could_do(tmp_path):
     from experiments.errors import UserError
     from experiments.recorded.replay import read_overrides
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     saved = sorted(REPO.glob("tests/data/*/.hydra/overrides.yaml"))
     assert saved

@@ -14,7 +14,7 @@ from experiments.config import CONF_DIR, schema
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir
 from experiments.training.pipeline import train
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_cli
 
 
 @pytest.mark.parametrize(

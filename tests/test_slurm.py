@@ -25,7 +25,7 @@ import torch
 
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
-from tests.conftest import REPO, SUBPROCESS_TIMEOUT, run_process
+from tests.helpers import REPO, SUBPROCESS_TIMEOUT, run_process
 from tests.slurm_cluster import FINAL_STATES, SlurmCluster, slurm_cluster  # noqa: F401
 
 # (make test runs pytest-xdist with --dist loadfile: one worker runs this whole file, so the

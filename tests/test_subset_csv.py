@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_process
+from tests.helpers import REPO, run_process
 
 SCRIPT = REPO / "scripts" / "subset_csv.py"
 NAMES = ["t-shirt", "trouser", "pullover", "dress", "coat"]  # deliberately not sorted

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 _spec = importlib.util.spec_from_file_location("supply_chain", REPO / "scripts" / "supply_chain.py")
 supply_chain = importlib.util.module_from_spec(_spec)

@@ -38,8 +38,9 @@ def test_a_stopped_sweep_resumes_with_the_same_command_and_refuses_another(tmp_p
         f"paths.data_dir={data_dir}",
         f"hydra.sweep.dir={sweep}",
         # Ctrl-C (SIGINT) in the last job, at step 3, the first time only
-        "+callbacks.stop._target_=tests.helpers.SignalOnce",
+        "+callbacks.stop._target_=tests.helpers.SignalAt",
         "+callbacks.stop.step=3",
+        "+callbacks.stop.signum=2",
         "+callbacks.stop.job=2",
         f"+callbacks.stop.marker={tmp_path / 'stopped'}",
     ]

@@ -10,8 +10,7 @@ import pytest
 
 from experiments.secrets import REDACTED, redact
 from experiments.tracking.wandb import resolve_mode
-from tests.helpers import REPO, run_inproc
-from tests.wandb_reader import read_run
+from tests.helpers import REPO, read_wandb_run, run_inproc
 
 
 def no_account_env(tmp_path) -> dict:
@@ -44,7 +43,7 @@ def test_redact_hides_secret_looking_keys():
 
 def _runs(sweep):
     return {
-        job.name: read_run(job / "wandb")
+        job.name: read_wandb_run(job / "wandb")
         for job in sorted(sweep.iterdir())
         if (job / "wandb").is_dir()
     }
