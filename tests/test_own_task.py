@@ -201,3 +201,11 @@ def test_reproduce_sh_names_the_config_folder_the_run_used(project):
     script = (root / "A" / "reproduce.sh").read_text()
     line = next(ln for ln in script.splitlines() if "EXPERIMENTS_CONFIG_PATH=" in ln)
     assert str(root / "conf") in line and line.startswith('if [ -z "${EXPERIMENTS_CONFIG_PATH')
+
+
+@pytest.mark.slow
+def test_verify_trains_it_again_and_matches(project):
+    root, env, _ = project
+    res = run_inproc("-m", "experiments.verify", str(root / "A"), cwd=root, env_extra=env)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert "best.safetensors" in res.stdout
