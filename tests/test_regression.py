@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from sklearn.datasets import load_diabetes
 from sklearn.metrics import mean_absolute_error, mean_squared_error, r2_score
 
-from experiments.data.tabular import TabularData
+from experiments.data.tabular import TabularData, read_features
 from experiments.errors import UserError
 from experiments.models.regression import RegressionModule
 from experiments.runs.files import read_json_object
@@ -195,3 +195,14 @@ def test_a_nan_target_through_the_cli_is_one_line(tmp_path):
     assert res.returncode == 2, res.stderr[-2000:]
     (line,) = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert line.startswith("error: ") and "line 9: target 'y' is nan" in line, line
+
+
+def test_read_features_takes_the_trained_columns_by_name(tmp_path):
+    x, _ = write_table(tmp_path / "t.csv", n=5)
+    rows = read_features(str(tmp_path / "t.csv"), ["c", "a"])  # the target column is ignored
+    assert rows.tolist() == x[:, [2, 0]].tolist()
+    (tmp_path / "n.csv").write_text("a,c\n1,2\n3,nan\n")
+    with pytest.raises(UserError, match=r"n.csv line 3: feature 'c' is nan"):
+        read_features(str(tmp_path / "n.csv"), ["a", "c"])
+    with pytest.raises(UserError, match=r"the model's feature 'b': no such column"):
+        read_features(str(tmp_path / "n.csv"), ["a", "b"])

@@ -9,6 +9,7 @@ import csv
 import difflib
 import io
 import math
+from collections.abc import Sequence
 from typing import Annotated
 
 import lightning as L
@@ -162,12 +163,35 @@ def read_table(
     Raises:
         UserError: the file is unreadable, too large, not UTF-8, or a row or column is wrong.
     """
+    header, table = _numbers(
+        csv_file, lambda header: _columns(csv_file, header, target_column, feature_columns), True
+    )
+    return table[:, 1:], table[:, 0], header[1:]
+
+
+def read_features(csv_file: str, feature_names: Sequence[str]) -> np.ndarray:
+    """``(N, F)`` values of the columns ``feature_names`` (in that order) of a CSV with a
+    header row: the rows a trained module predicts (``RegressionModule.predict_rows``), one
+    per data row in file order. Other columns (the target, an id) are ignored; the checks
+    and messages are ``read_table``'s.
+
+    Raises:
+        UserError: the file is unreadable, or a feature column or value is missing or wrong.
+    """
+    names = list(feature_names)
+    _, table = _numbers(csv_file, lambda header: _columns(csv_file, header, None, names), False)
+    return table
+
+
+def _numbers(csv_file: str, choose, target_first: bool) -> tuple[list[str], np.ndarray]:
+    """The chosen columns' names and values: ``choose(header)`` gives their indices (the
+    target's first when ``target_first``)."""
     text = read_text(csv_file, max_bytes=MAX_CSV_BYTES)
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = [c.strip() for c in next(reader, [])]
-        columns = _columns(csv_file, header, target_column, feature_columns)
-        rows, lines = [], []
+        columns = choose(header)
+        rows = []
         for fields in reader:
             if not fields or fields == [""]:  # a blank line
                 continue
@@ -177,36 +201,39 @@ def read_table(
                     f"{csv_file} line {line}: {len(fields)} fields where the header has "
                     f"{len(header)}; quote a value that holds a comma"
                 )
-            rows.append([_number(csv_file, line, header[i], fields[i], i == columns[0])
+            target = columns[0] if target_first else None
+            rows.append([_number(csv_file, line, header[i], fields[i], i == target)
                          for i in columns])  # fmt: skip
-            lines.append(line)
     except csv.Error as err:  # a NUL byte, a field past csv's size limit, a stray quote
         raise UserError(f"{csv_file} line {reader.line_num}: not valid CSV ({err})") from None
     if not rows:
         raise UserError(f"{csv_file}: no data rows under the header")
-    table = np.asarray(rows, dtype=np.float64)
-    return table[:, 1:], table[:, 0], [header[i] for i in columns[1:]]
+    return [header[i] for i in columns], np.asarray(rows, dtype=np.float64)
 
 
 def _columns(
-    csv_file: str, header: list[str], target: str, features: list[str] | None
+    csv_file: str, header: list[str], target: str | None, features: list[str] | None
 ) -> list[int]:
-    """Indices of the target column, then of the feature columns, in the header."""
+    """Indices of the target column (when given), then of the feature columns, in the
+    header."""
     if not any(header):
         raise UserError(f"{csv_file}: empty, or no header row (the column names come first)")
     duplicated = sorted({c for c in header if header.count(c) > 1})
     if duplicated:
         raise UserError(f"{csv_file}: column {duplicated[0]!r} appears twice in the header")
-    wanted = [("data.target_column", target)]
+    wanted = [("data.target_column", target)] if target is not None else []
     wanted += [("data.feature_columns", c) for c in features or []]
     for key, name in wanted:
         if name not in header:
             close = difflib.get_close_matches(str(name), header, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
+            what = f"{key}={name!r}" if target is not None else f"the model's feature {name!r}"
             raise UserError(
-                f"{key}={name!r}: no such column in {csv_file}{hint}; it has "
+                f"{what}: no such column in {csv_file}{hint}; it has "
                 f"{', '.join(header[:20])}{' ...' if len(header) > 20 else ''}"
             )
+    if target is None:
+        return [header.index(c) for c in features or []]
     if features is not None and target in features:
         raise UserError(f"data.feature_columns: includes the target column {target!r}")
     names = features if features is not None else [c for c in header if c != target]
