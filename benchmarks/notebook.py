@@ -1,5 +1,5 @@
 """The lab notebook's index on 1,000 synthetic run folders (the real format, written by
-tests/helpers.py): cold (no cache), warm (nothing changed), one folder changed,
+tests/test_notebook.py): cold (no cache), warm (nothing changed), one folder changed,
 the worst case of 1,000 distinct configs, and the size of the HTML report.
 
     python benchmarks/notebook.py [N]     # prints one line per measure; writes under outputs/
@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.helpers import write_runs  # noqa: E402
+from tests.test_notebook import write_runs  # noqa: E402
 
 from experiments import find_runs  # noqa: E402
 from experiments.analysis.notebook.index import INDEX_FILE  # noqa: E402

@@ -10,6 +10,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO, run_inproc, write_image_folder
 
 BLOCK = re.compile(
@@ -57,20 +59,16 @@ def commands(doc: Path) -> list[Command]:
     return found
 
 
-def sandbox(root: Path, data_dir: Path) -> dict[str, str]:
-    """The folders and finished runs the docs' commands refer to; the placeholder map."""
+def _doc_sandbox(tmp_path_factory, data_dir) -> tuple[Path, dict[str, str]]:
+    """A folder with the data and finished runs the docs' commands refer to, and the map from
+    the docs' placeholders to them."""
+    root = tmp_path_factory.mktemp("docs")
     write_image_folder(root / "my", n=24)
     write_image_folder(root, n=24)  # labels.csv + images/ (docs/data.md)
-    write_image_folder(root / "imgs_src", n=8)
-    (root / "imgs").mkdir()
-    rows = ["filename"]
-    for p in sorted((root / "imgs_src" / "images").iterdir()):
-        p.rename(root / "imgs" / p.name)
-        rows.append(p.name)
-    (root / "batch.csv").write_text("\n".join(rows) + "\n")
-    (root / "new_images").mkdir()
-    for p in sorted((root / "my" / "images").iterdir())[:4]:
-        (root / "new_images" / p.name).write_bytes(p.read_bytes())
+    write_image_folder(root / "imgs_src", n=8)[1].rename(root / "imgs")
+    write_image_folder(root / "new_src", n=4)[1].rename(root / "new_images")
+    names = sorted(p.name for p in (root / "imgs").iterdir())
+    (root / "batch.csv").write_text("\n".join(["filename", *names]) + "\n")
     common = ["debug=limit", f"paths.data_dir={data_dir}", "logger=csv"]
     res = run_inproc("-m", "experiments.train", *common, f"hydra.run.dir={root / 'therun'}",
                   cwd=root)  # fmt: skip
@@ -78,7 +76,7 @@ def sandbox(root: Path, data_dir: Path) -> dict[str, str]:
     res = run_inproc("-m", "experiments.train", "-m", "optimizer.lr=0.05,0.1", *common,
                   f"hydra.sweep.dir={root / 'thesweep'}", cwd=root)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
-    return {
+    return root, {
         "outputs/train/runs/<time>": str(root / "therun"),
         "outputs/train/runs/<run>": str(root / "therun"),
         "outputs/train/multiruns/<sweep>": str(root / "thesweep"),
@@ -86,8 +84,9 @@ def sandbox(root: Path, data_dir: Path) -> dict[str, str]:
     }
 
 
-def run(command: Command, root: Path, data_dir: Path, places: dict[str, str]):
-    """Run one documented command in ``root``; training commands get a short setting
+def check(command: Command, root: Path, data_dir: Path, places: dict[str, str]) -> None:
+    """Runs one documented command in ``root`` and checks that it succeeds, or for a console
+    transcript that it prints what the docs show. Training commands get a short setting
     (``debug=fast``, one batch per split, unless they choose a ``debug=``; at most 2 Optuna
     trials) and the test session's data folder."""
     line = command.line
@@ -103,11 +102,7 @@ def run(command: Command, root: Path, data_dir: Path, places: dict[str, str]):
             args.append("hydra.sweeper.n_trials=2")
         args.append(f"paths.data_dir={data_dir}")
     env = {"WANDB_MODE": "offline", "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
-    return run_inproc(*args[1:], cwd=root, env_extra=env), args
-
-
-def check(command: Command, root: Path, data_dir: Path, places: dict[str, str]) -> None:
-    res, args = run(command, root, data_dir, places)
+    res = run_inproc(*args[1:], cwd=root, env_extra=env)
     out = res.stdout + res.stderr
     if command.expected:  # a transcript: what the docs show is what it prints
         for shown in command.expected:
@@ -118,8 +113,6 @@ def check(command: Command, root: Path, data_dir: Path, places: dict[str, str]) 
 
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-
-
 FIRST = ("README.md", "index.md", "getting-started.md")
 
 
@@ -141,8 +134,6 @@ def _runnable(names: set[str]) -> list[Command]:
 def make_doc_tests(first: bool):
     """The two tests of one half of the docs (README + getting started, or the guides),
     split so that pytest-xdist runs the halves side by side."""
-    import pytest
-
     mine = [d for d in DOCS if (d.name in FIRST) is first]
     found = [c for doc in mine for c in commands(doc)]
     runnable = _runnable({d.name for d in mine})
@@ -158,8 +149,3 @@ def make_doc_tests(first: bool):
         check(command, root, data_dir, places)
 
     return test_every_command_runs_or_says_why_not, test_documented_command
-
-
-def _doc_sandbox(tmp_path_factory, data_dir):
-    root = tmp_path_factory.mktemp("docs")
-    return root, sandbox(root, data_dir)

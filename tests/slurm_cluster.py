@@ -1,14 +1,8 @@
-"""A real one-node SLURM cluster for the tests, started once per session by
-``scripts/slurm-local.sh`` and stopped (and checked gone, by PID) at the end.
-
-Use it by importing the fixture into a test module::
-
-    from tests.slurm_cluster import slurm_cluster  # noqa: F401
-
-Where the cluster cannot run (not root, no apt-get, the install refused, ports 6817/6818
-taken) the tests that use it are skipped with the script's reason; any other failure to
-start fails them with the daemons' logs.
-"""
+"""A real one-node SLURM cluster, started once per session by ``scripts/slurm-local.sh`` and
+stopped (and checked gone, by PID) at the end: ``from tests.slurm_cluster import
+slurm_cluster``. Where the cluster cannot run (not root, no apt-get, the install refused,
+ports 6817/6818 taken) its tests are skipped with the script's reason; any other failure to
+start fails them with the daemons' logs."""
 
 from __future__ import annotations
 
@@ -23,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
 CANNOT_START = 3  # the script's exit code for "this machine cannot run the cluster"
 # states after which a job will not run again (unless requeued by someone)
@@ -41,14 +36,14 @@ class SlurmCluster:
     pids: dict[str, int] = field(default_factory=dict)  # daemon name -> PID
 
     def environ(self, **extra: str) -> dict[str, str]:
-        """``os.environ`` + this cluster's variables + ``extra``: a child process's env."""
+        """A child process's environment: ``os.environ``, this cluster's, then ``extra``."""
         return {**os.environ, **self.env, **extra}
 
     def cmd(
         self, *args: str, check: bool = True, timeout: float = 30, env: dict | None = None
     ) -> str:
-        """Run a SLURM command (``sbatch``, ``scontrol``, ...) against this cluster; stdout.
-        ``env`` (default: :meth:`environ`) is also what an ``sbatch``-ed job starts with."""
+        """The stdout of a SLURM command (``sbatch``, ``scontrol``, ...) run against this
+        cluster; ``env`` (default: :meth:`environ`) is also what an ``sbatch``-ed job gets."""
         res = subprocess.run(
             args, env=env or self.environ(), capture_output=True, text=True, timeout=timeout
         )
@@ -57,7 +52,7 @@ class SlurmCluster:
         return res.stdout
 
     def sbatch(self, *args: str, env: dict | None = None) -> str:
-        """Submit (the job inherits ``env``, see :meth:`cmd`); return the job id."""
+        """Submits a job (``env`` as in :meth:`cmd`); returns its id."""
         return self.cmd("sbatch", "--parsable", *args, env=env).strip().split(";")[0]
 
     def job(self, job_id: str) -> dict[str, str]:
@@ -73,8 +68,8 @@ class SlurmCluster:
         done: Callable[[dict[str, str]], bool] | None = None,
         files: Iterable[Path] = (),
     ) -> dict[str, str]:
-        """Poll until ``done(job)`` (default: the job is in a final state); on time-out fail
-        the test with the job's record and output files."""
+        """Polls until ``done(job)`` (default: the job is in a final state); past ``timeout``
+        fails the test with the job's record and output ``files``."""
         done = done or (lambda job: job.get("JobState") in FINAL_STATES)
         deadline = time.monotonic() + timeout
         while True:
@@ -102,8 +97,8 @@ class SlurmCluster:
 
 
 def parse_scontrol(line: str) -> dict[str, str]:
-    """``Key=value Key=value ...`` (one ``scontrol show ... -o`` line) as a dict; a value
-    with spaces (JobName, Command) keeps the words that follow it."""
+    """One ``scontrol show ... -o`` line (``Key=value Key=value ...``) as a dict; a value with
+    spaces (JobName, Command) keeps the words that follow it."""
     out: dict[str, str] = {}
     key = None
     for token in line.split():
@@ -125,13 +120,6 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _read_pids(state_dir: Path) -> dict[str, int]:
-    files = {"slurmctld": state_dir / "slurmctld.pid", "slurmd": state_dir / "slurmd.pid",
-             "munged": state_dir / "munge" / "munged.pid"}  # fmt: skip
-    return {name: int(path.read_text()) for name, path in files.items()
-            if path.is_file() and path.read_text().strip().isdigit()}  # fmt: skip
-
-
 def _skip(reason: str) -> None:
     # printed as well as given to pytest: `-rs` is not always on, and a skip must be seen
     print(f"slurm_cluster: SKIPPED: {reason}", file=sys.stderr)
@@ -140,17 +128,16 @@ def _skip(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory) -> Iterable[SlurmCluster]:
-    """Start the cluster once per session (installing Slurm with apt if needed), yield it,
-    stop it at the end and check that none of its daemons is left."""
+    """Starts the cluster once per session (installing Slurm with apt if needed), yields it,
+    stops it at the end and checks that none of its daemons is left."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         _skip("a real SLURM cluster needs root (scripts/slurm-local.sh runs the daemons as root)")
     state_dir = tmp_path_factory.mktemp("slurm")
     partition = "debug"
-    env = {"SLURM_LOCAL_PARTITION": partition}
     start = time.monotonic()
     res = subprocess.run(  # the first time includes apt-get (an update and 8 packages)
         ["bash", str(SCRIPT), "up", str(state_dir)], capture_output=True, text=True,
-        timeout=600, env={**os.environ, **env},
+        timeout=600, env={**os.environ, "SLURM_LOCAL_PARTITION": partition},
     )  # fmt: skip
     if res.returncode == CANNOT_START:
         print(res.stderr, file=sys.stderr)
@@ -167,7 +154,11 @@ def slurm_cluster(tmp_path_factory) -> Iterable[SlurmCluster]:
             name, value = line[len("export ") :].split("=", 1)
             cluster_env[name] = value.replace("$PATH", os.environ.get("PATH", ""))
     assert "SLURM_CONF" in cluster_env, res.stdout
-    cluster = SlurmCluster(state_dir, cluster_env, partition, _read_pids(state_dir))
+    pid_files = {"slurmctld": state_dir / "slurmctld.pid", "slurmd": state_dir / "slurmd.pid",
+                 "munged": state_dir / "munge" / "munged.pid"}  # fmt: skip
+    pids = {name: int(path.read_text()) for name, path in pid_files.items()
+            if path.is_file() and path.read_text().strip().isdigit()}  # fmt: skip
+    cluster = SlurmCluster(state_dir, cluster_env, partition, pids)
     assert {"slurmctld", "slurmd"} <= cluster.pids.keys(), cluster.pids
     try:
         yield cluster

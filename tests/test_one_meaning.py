@@ -11,14 +11,33 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from lightning.pytorch import Callback
 
 from tests.helpers import run_inproc, wandb_records, write_image_folder
 from tests.test_tracking import no_account_env
 
-# a run that collapses in its last epoch (tests.helpers.CollapseAtEpoch): epoch 3 scores chance
+
+class CollapseAtEpoch(Callback):
+    """Zeroes the net's weights before epoch ``epoch``'s validation (1-based): a run that
+    collapses late, so its last epoch scores chance while ``best.pt`` keeps a good epoch
+    (every logit equal: each sample is predicted as the first class)."""
+
+    def __init__(self, epoch: int = 1) -> None:
+        self.epoch = epoch
+
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.current_epoch + 1 != self.epoch:
+            return
+        with torch.no_grad():
+            for param in pl_module.parameters():
+                param.zero_()
+
+
+# a run that collapses in its last epoch (CollapseAtEpoch): epoch 3 scores chance
 COLLAPSE = [
-    "+callbacks.collapse._target_=tests.helpers.CollapseAtEpoch",
+    "+callbacks.collapse._target_=tests.test_one_meaning.CollapseAtEpoch",
     "+callbacks.collapse.epoch=3",
     "trainer.max_epochs=3",
 ]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from experiments.secrets import REDACTED, redact
 from experiments.tracking.wandb import resolve_mode
-from tests.helpers import REPO, read_wandb_run, run_inproc
+from tests.helpers import REPO, run_inproc, wandb_records
 
 
 def no_account_env(tmp_path) -> dict:
@@ -41,9 +42,31 @@ def test_redact_hides_secret_looking_keys():
     assert out["db"][0]["password"] == REDACTED and cfg["logger"]["wandb"]["api_key"] == "sk-123"
 
 
+def _read_wandb_run(run_dir: Path) -> dict:
+    """``{"run": RunRecord, "config": {...}, "history": [rows], "exit": code}`` of the one
+    offline W&B run under ``run_dir``."""
+    files = list(run_dir.rglob("run-*.wandb"))
+    assert len(files) == 1, files
+    out = {"run": None, "config": {}, "history": [], "exit": None}
+    for rec in wandb_records(files[0]):
+        kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            out["run"] = rec.run
+        if kind in ("run", "config"):
+            update = (rec.run.config if kind == "run" else rec.config).update
+            out["config"].update((item.key, json.loads(item.value_json)) for item in update)
+        elif kind == "history":
+            items = rec.history.item
+            row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
+            out["history"].append(row)
+        elif kind == "exit":
+            out["exit"] = rec.exit.exit_code
+    return out
+
+
 def _runs(sweep):
     return {
-        job.name: read_wandb_run(job / "wandb")
+        job.name: _read_wandb_run(job / "wandb")
         for job in sorted(sweep.iterdir())
         if (job / "wandb").is_dir()
     }
