@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra.utils import get_class, instantiate
-from lightning.pytorch import Callback, Trainer
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.loggers import Logger
 from omegaconf import OmegaConf
 
@@ -60,27 +60,36 @@ def test_option_composes_and_instantiates(make_cfg, group, option, tmp_path):
     extra = []
     if (group, option) in (("data", "image_csv"), ("experiment", "finetune")):
         extra = [f"data.csv_file={tmp_path}/x.csv", f"data.image_dir={tmp_path}"]
+    if (group, option) in (("data", "diabetes"), ("model", "regressor")):
+        extra = ["experiment=diabetes"]  # the regression task's parts compose as its recipe
     cfg = make_cfg(f"{group}={option}", *extra)
     schema.check(cfg)
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
 
-    net = instantiate(cfg.model.net, in_shape=(3, 32, 32), num_classes=7)
-    assert net(torch.zeros(2, 3, 32, 32)).shape == (2, 7)
-    model = instantiate(
-        cfg.model,
-        net=net,
-        optimizer=instantiate(cfg.optimizer),
-        scheduler=instantiate(cfg.scheduler) if cfg.scheduler else None,
-        num_classes=7,
-    )
-    assert isinstance(model, ClassificationModule)
-    optimizer = instantiate(cfg.optimizer)(net.parameters())
+    if "net" not in cfg.model:  # a task module with its own layers (regression)
+        from experiments.training.build import optimizer_partials
+
+        model = instantiate(cfg.model, **optimizer_partials(cfg))
+        assert isinstance(model, LightningModule)
+        assert isinstance(instantiate(cfg.data), LightningDataModule)
+    else:
+        net = instantiate(cfg.model.net, in_shape=(3, 32, 32), num_classes=7)
+        assert net(torch.zeros(2, 3, 32, 32)).shape == (2, 7)
+        model = instantiate(
+            cfg.model,
+            net=net,
+            optimizer=instantiate(cfg.optimizer),
+            scheduler=instantiate(cfg.scheduler) if cfg.scheduler else None,
+            num_classes=7,
+        )
+        assert isinstance(model, ClassificationModule)
+        assert isinstance(instantiate(cfg.data), ImageData)
+    optimizer = instantiate(cfg.optimizer)(model.parameters())
     if cfg.scheduler:  # a schedule over the whole run is told its length by the module
         factory = instantiate(cfg.scheduler)
         whole_run = "total_steps" in inspect.signature(factory).parameters
         length = {"total_steps": 100, "total_epochs": cfg.trainer.max_epochs} if whole_run else {}
         assert factory(optimizer, **length) is not None
-    assert isinstance(instantiate(cfg.data), ImageData)
     from experiments.training import build
 
     callbacks = build.callbacks(cfg, with_logger=True)

@@ -193,8 +193,9 @@ def test_a_key_of_another_data_option_is_refused_not_ignored(tmp_path, data_dir,
         f"paths.data_dir={data_dir}", cwd=tmp_path,
     )  # fmt: skip
     line = _one_line_error(res)
-    assert "data.csv_file belongs to data=image_csv, not data=digits" in line
-    assert "add data=image_csv" in line and "+data.csv_file" not in line
+    # a CSV of images or a table (data=diabetes takes a CSV too): either way not the digits
+    assert "data.csv_file belongs to data=diabetes, data=image_csv, not data=digits" in line
+    assert "choose one of data=diabetes, data=image_csv" in line and "+data.csv_file" not in line
     assert not (tmp_path / "outputs").exists()  # refused before any run started
 
 

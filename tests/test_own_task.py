@@ -121,6 +121,8 @@ def test_it_sweeps_with_optuna_minimizing(project):
     assert "minimize" in str(results), results
     summary = (sweep / "summary.csv").read_text().splitlines()
     assert summary[0].split(",")[2] == "val/mae" and len(summary) == 4
+    header = summary[0].split(",")  # the task's own test metric, no empty classifier column
+    assert "test/mae" in header and "test/acc" not in header
     values = [float(r.split(",")[2]) for r in summary[1:]]
     assert values == sorted(values)  # lowest first
 

@@ -39,6 +39,15 @@ from experiments.tracking import sweep_plots
 log = logging.getLogger(__name__)
 
 TEST_KEYS = ("test/acc", "test/loss")
+
+
+def test_keys(metric: str) -> tuple[str, ...]:
+    """The test columns of a sweep optimizing ``metric``: its test twin (``val/mae`` ->
+    ``test/mae``) and the classifier's; a column no job has is dropped when written."""
+    twin = "test/" + metric.split("/", 1)[-1]
+    return TEST_KEYS if twin in TEST_KEYS else (twin, *TEST_KEYS)
+
+
 # the exit status of a sweep that ran to its end with some jobs failed
 FAILED_EXIT = 1
 # the statuses of a job that did not give a result: the sweep ends with FAILED_EXIT
@@ -238,7 +247,7 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
         "overrides": " ".join(str(o) for o in overrides),
         metric: _number(value),
         "epoch": epoch,
-        **{k: _number(metrics.get(k)) for k in TEST_KEYS},
+        **{k: _number(metrics.get(k)) for k in test_keys(metric)},
         "wall_time_s": _number(job.get("wall_time_s")),
         "status": status,
         "error": str(error or ""),
@@ -272,7 +281,7 @@ def _broken_row(job_file: Path, metric: str, reason: str) -> dict[str, Any]:
     """The row of a job whose files could not be read: listed, with the reason."""
     return {
         "job": _job_num(job_file), "overrides": "", metric: None, "epoch": "",
-        **dict.fromkeys(TEST_KEYS), "wall_time_s": None, "status": "broken",
+        **dict.fromkeys(test_keys(metric)), "wall_time_s": None, "status": "broken",
         "error": reason[:300], "remedies": "", "tags": "", "dir": job_file.parent.name,
     }  # fmt: skip
 
@@ -350,8 +359,9 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         rows = sorted(collect(sweep_dir, metric), key=best_first(metric, mode))
         if not rows:
             return rows
-        for column in ("remedies", "tags"):  # a column only when a job was healed / tagged
-            if not any(r[column] for r in rows):
+        # a column only when a job was healed / tagged / has that test metric
+        for column in ("remedies", "tags", *test_keys(metric)):
+            if not any(r[column] not in ("", None) for r in rows):
                 rows = [{k: v for k, v in r.items() if k != column} for r in rows]
         fields = list(rows[0])
         buf = io.StringIO()
