@@ -18,11 +18,11 @@ SRC = REPO / "src" / "experiments"
 # what runs before Hydra, or for eval/predict before anything is built
 TORCH_FREE = (
     "experiments.cli.commands",
-    "experiments.cli.runs",
+    "experiments.cli.lab_notebook",
     "experiments.cli.check",
     "experiments.config.schema",
     "experiments.config.hints",
-    "experiments.config.sweeper",
+    "experiments.config.sweep_settings",
     "experiments.secrets",
     "experiments.recorded.allowlist",
     "experiments.runs.layout",

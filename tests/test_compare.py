@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import yaml
 
+from experiments.analysis.comparison_report import markdown, read_curve
 from experiments.analysis.groups import compare
-from experiments.analysis.report import markdown, read_curve
-from experiments.analysis.runs import group_config
-from experiments.analysis.stats import summarize, t_quantile_975
+from experiments.analysis.readings import group_config
+from experiments.analysis.significance import summarize, t_quantile_975
 from experiments.compare import main
 from experiments.errors import UserError
 from tests.helpers import run_inproc, run_process

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from experiments.analysis.comparison_report import markdown
 from experiments.analysis.groups import compare
-from experiments.analysis.report import markdown
-from experiments.analysis.runs import group_config
-from experiments.analysis.stats import summarize
+from experiments.analysis.readings import group_config
+from experiments.analysis.significance import summarize
 from experiments.compare import main
 from experiments.tracking.importance import is_replicate
 from tests.helpers import run_inproc

@@ -81,7 +81,7 @@ def test_statistics_are_computed_once_and_reused_by_eval_and_predict(tmp_path, m
     assert saved["mean"] == pytest.approx(pixels.mean(dim=(0, 2, 3)).tolist(), abs=1e-5)
     assert saved["std"] == pytest.approx(pixels.std(dim=(0, 2, 3), correction=0).tolist(), abs=1e-4)
 
-    import experiments.data.stats as stats
+    import experiments.data.normalization as stats
 
     def never(*args, **kwargs):
         raise AssertionError("statistics were computed again")

@@ -367,7 +367,7 @@ def test_checkpoint_sidecar(world, data):
 @FUZZ
 @given(data=st.data())
 def test_metrics_json(world, data):
-    from experiments.analysis.runs import Run, read_run
+    from experiments.analysis.readings import Run, read_run
     from experiments.runs.sweep import finished_metrics
     from experiments.training.model_card import write_model_card
 
@@ -384,7 +384,7 @@ def test_metrics_json(world, data):
 @FUZZ
 @given(data=st.data())
 def test_data_stats_json(world, data):
-    from experiments.data.stats import read_stats
+    from experiments.data.normalization import read_stats
     from experiments.evaluation.saved_run import SavedRun
 
     name = "data_stats.json"
@@ -397,7 +397,7 @@ def test_data_stats_json(world, data):
 @FUZZ
 @given(data=st.data())
 def test_job_json(world, data):
-    from experiments.analysis.runs import Run, read_run
+    from experiments.analysis.readings import Run, read_run
     from experiments.runs.sweep import plan_job, previous_job
 
     name = "job.json"

@@ -19,15 +19,15 @@ import yaml
 
 import experiments
 from experiments.analysis.notebook import index as nb_index
-from experiments.analysis.notebook.notes import notes_file, read_tags
+from experiments.analysis.notebook.annotate import notes_file, read_tags
 from experiments.analysis.notebook.report import page_data, write_report
-from experiments.analysis.stats import metric_bounds, summarize
+from experiments.analysis.significance import metric_bounds, summarize
 from experiments.errors import UserError
 from experiments.runs.layout import RunDir, SweepDir
 from experiments.runs.lock import RunLock
 from tests.helpers import REPO, run_inproc, run_process
 
-CMD = "experiments.cli.runs"  # the experiments-runs console script
+CMD = "experiments.cli.lab_notebook"  # the experiments-runs console script
 
 
 # Synthetic run folders in the real format, many at once and with no training: for these tests

@@ -36,10 +36,10 @@ import re
 import sys
 from pathlib import Path
 
+from experiments.analysis.comparison_report import markdown, write_report
 from experiments.analysis.confirm import confirm, new_folder
 from experiments.analysis.groups import compare
-from experiments.analysis.report import markdown, write_report
-from experiments.analysis.runs import show_path
+from experiments.analysis.readings import show_path
 from experiments.errors import UserError
 from experiments.runs.manifest import check_integrity, refresh
 

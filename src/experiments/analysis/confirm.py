@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from experiments.analysis.comparison_report import epochs_text
 from experiments.analysis.groups import Comparison, Group
-from experiments.analysis.report import epochs_text
-from experiments.analysis.runs import Run, Value, identity, read_run, select, show_path
-from experiments.analysis.stats import Stats, metric_bounds, summarize
+from experiments.analysis.readings import Run, Value, identity, read_run, select, show_path
+from experiments.analysis.significance import Stats, metric_bounds, summarize
 from experiments.analysis.verdict import Verdict, decide
 from experiments.errors import UserError
 from experiments.recorded.replay import read_overrides

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.runs import (
+from experiments.analysis.readings import (
     Run,
     Value,
     find_runs,
@@ -16,7 +16,7 @@ from experiments.analysis.runs import (
     select,
     skipped_line,
 )
-from experiments.analysis.stats import Stats, metric_bounds, summarize
+from experiments.analysis.significance import Stats, metric_bounds, summarize
 from experiments.analysis.verdict import Verdict, decide
 from experiments.errors import UserError
 from experiments.runs.layout import HYDRA, METRICS, SAVED_CONFIG

@@ -12,7 +12,7 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from experiments.analysis.stats import Stats, summarize, t_quantile_975, t_two_sided_p
+from experiments.analysis.significance import Stats, summarize, t_quantile_975, t_two_sided_p
 
 Z_80 = 0.8416212335729143  # one-sided 80% quantile of the normal: the power asked for
 ALPHA = 0.05

@@ -24,7 +24,7 @@ from experiments.compat.hydra import Composer, is_multirun, task_view
 from experiments.config import schema
 from experiments.config.ray import check_ray_launcher
 from experiments.config.slurm import check_slurm_launcher, check_task_layout
-from experiments.config.sweeper import check_settings
+from experiments.config.sweep_settings import check_settings
 from experiments.console import process_rank
 from experiments.errors import UserError, one_line
 from experiments.recorded import CONF_DIR

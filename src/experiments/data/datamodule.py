@@ -19,8 +19,8 @@ from experiments.config.hints import Ge, Le, Length, Lt, Why
 from experiments.data import sources, store
 from experiments.data.datasets import export_digits
 from experiments.data.loaders import loader
+from experiments.data.normalization import normalize, resolve_stats
 from experiments.data.splits import split_indices, warn_absent_classes
-from experiments.data.stats import normalize, resolve_stats
 from experiments.data.transforms import batch_mixer, compose, is_deterministic
 from experiments.errors import UserError
 from experiments.runs.files import write_json

@@ -20,7 +20,7 @@ from torchvision.transforms import v2
 from experiments.callbacks.state_dict_checkpoint import exported
 from experiments.config.schema import check
 from experiments.data.datasets import read_image
-from experiments.data.stats import normalize, read_stats, resolve_stats
+from experiments.data.normalization import normalize, read_stats, resolve_stats
 from experiments.errors import UserError, one_line
 from experiments.recorded import allowlist
 from experiments.recorded.folder import (

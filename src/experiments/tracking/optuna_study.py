@@ -23,7 +23,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from sqlalchemy.exc import SQLAlchemyError
 
-from experiments.config.sweeper import DIRECTIONS, PRUNERS
+from experiments.config.sweep_settings import DIRECTIONS, PRUNERS
 from experiments.errors import UserError, one_line
 
 log = logging.getLogger(__name__)

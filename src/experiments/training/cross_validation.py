@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from experiments.analysis.stats import summarize
+from experiments.analysis.significance import summarize
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write, read_json, write_json
 from experiments.runs.layout import RunDir

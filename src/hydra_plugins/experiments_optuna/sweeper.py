@@ -26,7 +26,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.compat.hydra import is_basic_launcher, job_outcome
-from experiments.config.sweeper import DIRECTIONS, check_settings
+from experiments.config.sweep_settings import DIRECTIONS, check_settings
 from experiments.errors import UserError, exit_with, one_line
 from experiments.runs.files import read_json_object
 from experiments.runs.sweep import TRIAL_ENV

@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.notebook.notes import launch_tags, merge_tags, read_notes
-from experiments.analysis.runs import (
+from experiments.analysis.notebook.annotate import launch_tags, merge_tags, read_notes
+from experiments.analysis.readings import (
     Run,
     group_config,
     printable,

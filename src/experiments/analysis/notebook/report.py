@@ -38,8 +38,8 @@ from plotly.offline import get_plotlyjs
 from experiments.analysis.notebook.index import build
 from experiments.analysis.notebook.page import PAGE_CSS, PAGE_JS
 from experiments.analysis.notebook.query import evaluate, frame, parse, shown_value
-from experiments.analysis.runs import identity, printable
-from experiments.analysis.stats import metric_bounds, summarize
+from experiments.analysis.readings import identity, printable
+from experiments.analysis.significance import metric_bounds, summarize
 from experiments.errors import UserError, one_line
 from experiments.runs.files import atomic_write, read_yaml
 from experiments.runs.layout import SweepDir

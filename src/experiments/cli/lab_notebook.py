@@ -1,5 +1,5 @@
-"""``experiments-runs`` (``python -m experiments.cli.runs``): the lab notebook on the command
-line; the index, queries, notes and report are ``analysis.notebook``'s."""
+"""``experiments-runs`` (``python -m experiments.cli.lab_notebook``): the lab notebook on the
+command line; the index, queries, notes and report are ``analysis.notebook``'s."""
 
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.notebook import query
+from experiments.analysis.notebook.annotate import note, require_run, tag
 from experiments.analysis.notebook.index import build
-from experiments.analysis.notebook.notes import note, require_run, tag
 from experiments.analysis.notebook.query import FIRST, LAST, shown_value, valid_names
 from experiments.analysis.notebook.report import main_metrics, varying, write_report
-from experiments.analysis.runs import identity, printable
+from experiments.analysis.readings import identity, printable
 from experiments.cli import FOLDER, parse, run
 from experiments.errors import UserError
 
-USAGE = """usage: experiments-runs COMMAND ...     (or python -m experiments.cli.runs COMMAND ...)
+USAGE = """usage: experiments-runs COMMAND ...
+       (or python -m experiments.cli.lab_notebook COMMAND ...)
 
   list [FOLDER] [where=EXPR] [sort=KEY] [order=asc|desc] [limit=N] [columns=a,b,...]
         every run under FOLDER (default: outputs), newest first: status, tags, start,

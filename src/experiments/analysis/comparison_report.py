@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from experiments.analysis.groups import Comparison, Group
-from experiments.analysis.runs import Value, read_curve, show_path
+from experiments.analysis.readings import Value, read_curve, show_path
 from experiments.analysis.verdict import latex
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write
