@@ -220,3 +220,12 @@ def test_task_neutral_services_never_import_the_classifier():
             if name == "experiments.models" or name.startswith("experiments.models."):
                 wrong.append(f"{path.relative_to(REPO)}:{line} imports {name}")
     assert checked > 20 and not wrong, "\n".join(wrong)
+
+
+def test_no_two_modules_share_a_name():
+    """One name, one module: a reader never has to ask which ``stats.py`` (``__init__`` aside,
+    and no module is named like a package)."""
+    paths = [p for p in (REPO / "src").rglob("*.py") if p.name != "__init__.py"]
+    names = [p.stem for p in paths] + [p.name for p in (REPO / "src").rglob("*") if p.is_dir()]
+    twice = sorted({n for n in names if names.count(n) > 1} - {"__pycache__"})
+    assert not twice, f"names used twice under src/: {twice}"
