@@ -201,3 +201,17 @@ def test_every_command_takes_its_folder_positionally_or_as_run_dir(tmp_path, com
     assert errors[0] == errors[1] and str(missing) in errors[0]
     res = run_inproc("-m", f"experiments.{command}", "--help", cwd=tmp_path)
     assert res.returncode == 0 and f"python -m experiments.{command} [run_dir=]<" in res.stdout
+
+
+def test_cfg_job_prints_the_config_without_importing_torch(tmp_path):
+    """--cfg job (and Hydra's other own flags) print and exit: the worker, and with it torch
+    and Lightning, is never imported (a fresh process: the test's own has torch loaded)."""
+    code = (
+        "import sys\nfrom experiments.cli.commands import train\n"
+        "sys.argv = ['train', '--cfg', 'job', 'model=cnn']\n"
+        "train()\n"
+        "print('loaded', sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n"
+    )
+    out = run_process([sys.executable, "-c", code], cwd=tmp_path, check=True).stdout
+    assert "_target_: experiments.models.ClassificationModule" in out
+    assert "loaded []" in out

@@ -67,6 +67,12 @@ class Checked:
     composer: Composer | None = None
 
 
+def runs_task(argv: list[str]) -> bool:
+    """Whether Hydra will run the task on ``argv``: not for its own flags (``--cfg job``,
+    ``--info``, ...), which print and exit."""
+    return all(a in MULTIRUN for a in argv if a.startswith("-"))
+
+
 def precheck(argv: list[str], conf_dir: str, config_name: str = "train") -> list[str]:
     """Check ``argv`` (Hydra's arguments); return it, rewritten for ``resume=``.
 

@@ -14,10 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import hydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from experiments.cli import parse, run
-from experiments.cli.check import check
+from experiments.cli.check import check, runs_task
 from experiments.cli.train_help import help_text
 from experiments.config import CONF_DIR
 from experiments.console import filter_upstream_warnings, pause_gc
@@ -354,6 +355,14 @@ def train(argv: Sequence[str] | None = None) -> None:
     except UserError as err:
         exit_with(err, code=2)
     sys.argv = [sys.argv[0], *checked.argv]  # what DDP ranks and SLURM requeues re-run
+    if not runs_task(checked.argv):  # --cfg job, --info, ...: Hydra prints; no torch needed
+        try:
+            hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(
+                lambda cfg: None
+            )()
+        except ValueError as err:  # Hydra's own: "Only one of --run, --multirun, --cfg ..."
+            exit_with(UserError(str(err)), code=2)
+        return
     prestart_git_probe()  # its git subprocesses overlap the import below
     # the worker (torch, Lightning) is imported only once the command line is right
     importlib.import_module("experiments.training.pipeline").launch(checked)
