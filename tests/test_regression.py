@@ -206,3 +206,44 @@ def test_read_features_takes_the_trained_columns_by_name(tmp_path):
         read_features(str(tmp_path / "n.csv"), ["a", "c"])
     with pytest.raises(UserError, match=r"the model's feature 'b': no such column"):
         read_features(str(tmp_path / "n.csv"), ["a", "b"])
+
+
+def test_predict_writes_one_value_per_row_from_the_trained_columns(tmp_path):
+    run = tmp_path / "run"
+    res = run_inproc(
+        "-m", "experiments.train", "experiment=diabetes", "trainer.max_epochs=2",
+        f"hydra.run.dir={run}", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    sidecar = read_json_object(RunDir(run).best_json)
+    names = sidecar["feature_names"]
+    assert names[:3] == ["age", "sex", "bmi"] and len(names) == 10
+    assert sidecar["target"]["std"] > 0 and sidecar["target"]["column"] is None
+    card = RunDir(run).model_card.read_text()
+    assert "one number per row: disease progression" in card and "standard deviation" in card
+    # the columns by name: another order and an extra column change nothing
+    x, _ = load_diabetes(return_X_y=True, scaled=False)
+    order = [*reversed(names), "id"]
+    with open(tmp_path / "new.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(order)
+        for i, row in enumerate(x[:7]):
+            w.writerow([*(repr(float(v)) for v in reversed(row)), f"p{i}"])
+    res = run_inproc(
+        "-m", "experiments.predict", str(run), f"input={tmp_path / 'new.csv'}", cwd=tmp_path
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    with open(RunDir(run).predictions, newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["row", "predicted"] and [r[0] for r in rows[1:]] == list("1234567")
+    module = RegressionModule(in_features=10, hidden_sizes=[16], dropout=0.1)
+    module.load_state_dict(load_file(RunDir(run).best_weights))
+    expected = module.predict_rows(x[:7]).tolist()
+    assert [float(r[1]) for r in rows[1:]] == pytest.approx(expected, rel=1e-6)
+    # a missing feature column: one line naming it and the file
+    (tmp_path / "bad.csv").write_text("age,sex\n1,2\n")
+    res = run_inproc("-m", "experiments.predict", str(run), f"input={tmp_path / 'bad.csv'}",
+                     cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 2
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert "the model's feature 'bmi': no such column in" in line, line

@@ -142,6 +142,9 @@ class StateDictCheckpoint(L.Callback):
                 # what an image classifier's data knows; a task of your own has neither
                 **_known("in_shape", getattr(datamodule, "input_shape", None)),
                 **_known("class_names", getattr(datamodule, "class_names", None)),
+                # a table's: the columns predict reads, and the target's train statistics
+                **_known("feature_names", getattr(datamodule, "feature_names", None)),
+                **_target(datamodule),
                 # every validation scalar of this epoch: what "val/*" means at the chosen epoch
                 "metrics": _val_scalars(trainer.callback_metrics),
                 **({"reason": self.reason, "warnings": self.warnings} if name == "best" else {}),
@@ -266,6 +269,23 @@ def exported(pl_module) -> torch.nn.Module:
 def _known(key: str, value) -> dict:
     """``{key: list(value)}``, or nothing when the data module has no such value."""
     return {key: list(value)} if value else {}
+
+
+def _target(datamodule) -> dict:
+    """``{"target": {"column", "mean", "std"}}`` of a data module that standardizes a
+    numeric target (``TabularData.standardization``, fitted on the train split): what the
+    model card says its predictions are in; nothing for any other data."""
+    stats = getattr(datamodule, "standardization", None)
+    if not isinstance(stats, dict) or "target_mean" not in stats:
+        return {}
+    column = getattr(datamodule, "target_column", None)
+    return {
+        "target": {
+            "column": None if column is None else str(column),
+            "mean": float(stats["target_mean"]),
+            "std": float(stats["target_std"]),
+        }
+    }
 
 
 def _val_scalars(metrics) -> dict[str, float]:

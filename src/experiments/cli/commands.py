@@ -69,13 +69,20 @@ usage: python -m experiments.predict [run_dir=]<run folder> input=<image folder 
            [ckpt=best|last|<file.pt>] [output=<file.csv>] [image_dir=<folder>]
            [device=auto|cpu|cuda] [key=value ...]
 
-Classifies every image in a folder (png jpg jpeg bmp gif webp tif, sorted by name) or
-every row of a CSV with a `filename` column (relative to the CSV's folder, or to
-image_dir), with the run's eval transform and checkpoint (default best). Writes
-file,predicted,probability (softmax of the predicted class; temperature-scaled once
-experiments.calibrate ran) to <run>/{PREDICTIONS}
-or output. Other key=value arguments override keys of the run's config, e.g.
-data.batch_size=256.
+Runs the checkpoint (default best) on new inputs and writes a CSV to
+<run>/{PREDICTIONS} or output; what it holds is the run's task's output:
+  classification  every image in a folder (png jpg jpeg bmp gif webp tif, sorted by name)
+                  or every row of a CSV with a `filename` column (relative to the CSV's
+                  folder, or to image_dir), read with the run's eval transform: one row
+                  file,predicted,probability (softmax of the predicted class;
+                  temperature-scaled once experiments.calibrate ran)
+  regression      input is a CSV with a header row holding the columns the run trained on
+                  (by name; others are ignored): row,predicted, one value per data row in
+                  file order, in the target's own units
+  segmentation    images as for classification: a PNG mask per image (8-bit class indices,
+                  at the image's size) under <output stem>_masks/, and file,mask,classes
+A run of a LightningModule of your own is refused (eval tests it). Other key=value
+arguments override keys of the run's config, e.g. data.batch_size=256.
 The run is rebuilt from a closed set of classes (ours, torchvision's transforms and model
 builders), never by calling what its files name; EXPERIMENTS_TRUSTED_MODULES=<pkg>[,<pkg>]
 admits the targets of a package of your own."""

@@ -1,5 +1,6 @@
 """``python -m experiments.export``: a finished run's net as a file to deploy -- ONNX
-(checked with onnxruntime) or TorchScript -- with the run's input normalization inside."""
+(checked with onnxruntime) or TorchScript -- with the run's input normalization inside: an
+image classifier's (logits per image) or a segmentation run's U-Net (logits per pixel)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 import numpy as np
 import torch
 
+from experiments.callbacks.state_dict_checkpoint import exported
 from experiments.errors import UserError, one_line
 from experiments.evaluation.saved_run import SavedRun
 from experiments.runs.files import read_json_object, write_json
@@ -18,7 +20,11 @@ log = logging.getLogger(__name__)
 
 def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, overrides=()):
     """Write the deployable file (``fmt``: a key of ``runs.layout.EXPORTED``) and return its
-    check (``max_abs_diff``, accuracies).
+    check on the first batch of the test split: ``max_abs_diff`` (the largest |difference|
+    of the logits from PyTorch's), and for a classifier the accuracies of both
+    (``acc_torch``, ``acc_exported``); for a segmentation run ``pixel_agreement`` (the share
+    of pixels whose argmax class is the same in both) and the pixel accuracies against the
+    masks (``pixel_acc_torch``, ``pixel_acc_exported``).
 
     Raises:
         UserError: an opset onnx cannot write, a run without the checkpoint, a missing
@@ -27,8 +33,12 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
     if fmt == "onnx":
         _need("onnx", "onnxscript", "onnxruntime")
     run = SavedRun(run_dir, ckpt, overrides)
-    run.require_classifier("export")  # its output is a class per image
-    deployable = Normalized(run.net, run.normalization()).eval()
+    if run.task == "segmentation":  # the U-Net alone: logits (N, classes, H, W)
+        net = exported(run.module())
+    else:
+        run.require_classifier("export")  # a module of your own: its output is its own code's
+        net = run.net
+    deployable = Normalized(net, run.normalization()).eval()
     split = "test" if run.has_split("test") else "val"
     x, y = run.first_batch(split)
     x = x.float()
@@ -48,8 +58,7 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
         "batch": int(x.shape[0]),
         "input": [None, *map(int, x.shape[1:])],
         "max_abs_diff": float((got - expected).abs().max()),
-        "acc_torch": float((expected.argmax(1) == y).float().mean()),
-        "acc_exported": float((got.argmax(1) == y).float().mean()),
+        **_agreement(run.task, expected, got, y),
         "ckpt": str(run.ckpt),
         # what the model card names: the checkpoint, its epoch and the split checked on
         "ckpt_name": run.ckpt_name,
@@ -61,6 +70,22 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
     write_json(run.layout.export_report, report)
     run.finish()
     return check
+
+
+def _agreement(task: str, expected, got, y) -> dict:
+    """How the exported file's classes agree with PyTorch's and with the labels: per image
+    for a classifier, per pixel for segmentation (``(N, K, H, W)`` logits, ``(N, H, W)``
+    masks)."""
+    if task != "segmentation":
+        return {
+            "acc_torch": float((expected.argmax(1) == y).float().mean()),
+            "acc_exported": float((got.argmax(1) == y).float().mean()),
+        }
+    return {
+        "pixel_agreement": float((expected.argmax(1) == got.argmax(1)).float().mean()),
+        "pixel_acc_torch": float((expected.argmax(1) == y).float().mean()),
+        "pixel_acc_exported": float((got.argmax(1) == y).float().mean()),
+    }
 
 
 def _onnx(net, x, path, opset: int):
@@ -132,8 +157,15 @@ def command(options: dict, overrides: list[str]) -> None:
     check = export(
         options["run_dir"], options["format"], options["ckpt"], options["opset"], overrides
     )
+    if "pixel_agreement" in check:  # segmentation: per-pixel logits
+        said = (
+            f"logits per pixel; same class as PyTorch on {check['pixel_agreement']:.4%} of "
+            f"pixels, pixel accuracy {check['pixel_acc_exported']:.4f} (PyTorch "
+            f"{check['pixel_acc_torch']:.4f})"
+        )
+    else:
+        said = f"accuracy {check['acc_exported']:.4f} (PyTorch {check['acc_torch']:.4f})"
     print(
         f"wrote {options['run_dir']}/{check['file']}: max |difference| from PyTorch "
-        f"{check['max_abs_diff']:.2e} on {check['batch']} {check['split']} images, accuracy "
-        f"{check['acc_exported']:.4f} (PyTorch {check['acc_torch']:.4f})"
+        f"{check['max_abs_diff']:.2e} on {check['batch']} {check['split']} images, {said}"
     )

@@ -1,4 +1,6 @@
-"""``python -m experiments.predict``: classify new images with a finished run's checkpoint."""
+"""``python -m experiments.predict``: a finished run's checkpoint on new inputs, with what the
+output means for its task: a class per image (classification), a number per CSV row
+(regression), a mask PNG per image (segmentation)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch
 
 from experiments.console import resume_gc
 from experiments.data.datasets import leads_outside
+from experiments.data.tabular import read_features
 from experiments.errors import UserError
 from experiments.evaluation.saved_run import SavedRun
 from experiments.recorded.folder import check_output
@@ -22,6 +25,8 @@ log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 COLUMNS = ("file", "predicted", "probability")
+ROW_COLUMNS = ("row", "predicted")  # regression: one value per data row, in file order
+MASK_COLUMNS = ("file", "mask", "classes")  # segmentation: the PNG written, classes in it
 
 
 def predict(
@@ -33,7 +38,16 @@ def predict(
     device: str = "auto",
     overrides: Sequence[str] = (),
 ) -> Path:
-    """Predict the class of every input image and write a CSV of ``file,predicted,probability``.
+    """Predict every input with the run's checkpoint and write a CSV; what it holds depends
+    on the run's task (``SavedRun.task``):
+
+    * classification: ``file,predicted,probability`` per image;
+    * regression: ``row,predicted`` per data row of the CSV ``input`` (its columns named by
+      the checkpoint sidecar's ``feature_names``), in the target's units, in file order;
+    * segmentation: ``file,mask,classes`` per image, and the mask, a PNG of class indices
+      at the image's own size, under ``<output stem>_masks/`` beside the CSV.
+
+    A run of a module of your own is refused in one line (its output is its own code's).
 
     Images are read as the run's eval data reads them (``SavedRun.image_reader``), at the
     checkpoint's sidecar ``in_shape``; probabilities are temperature-scaled when
@@ -41,7 +55,8 @@ def predict(
 
     Args:
         run_dir: a folder made by ``python -m experiments.train``.
-        input: a folder of images, or a CSV with a ``filename`` column.
+        input: a folder of images, or a CSV with a ``filename`` column; for a regression
+            run, a CSV with the feature columns.
         ckpt: ``best``, ``last`` or a path to a weights-only ``.pt`` state_dict.
         output: the CSV to write; None means ``<run_dir>/predictions.csv``.
         image_dir: folder the CSV's file names are relative to (default: the CSV's folder).
@@ -58,7 +73,15 @@ def predict(
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"device={device!r} is not valid; use auto, cpu or cuda")
     run = SavedRun(run_dir, ckpt, overrides)  # checks everything it will build, builds nothing
-    run.require_classifier("predict")  # its output is a class per image
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if run.task == "regression":
+        if image_dir:
+            raise UserError("image_dir= names a folder of images; a regression run reads a CSV")
+        return _predict_rows(run, Path(input), output, device)
+    if run.task == "segmentation":
+        return _predict_masks(run, Path(input), output, image_dir, device)
+    run.require_classifier("predict")  # a module of your own: its output is its own code's
     follow_symlinks = run.data_cfg.get("follow_symlinks") is True  # the run's own CSV rule
     names, paths = _list_inputs(
         Path(input), Path(image_dir) if image_dir else None, follow_symlinks
@@ -66,8 +89,6 @@ def predict(
     output = check_output(Path(output) if output else run.layout.predictions, run_dir)
     in_shape, class_names = _shape_and_classes(run)
     temperature = run.temperature() or 1.0  # experiments.calibrate's, for this checkpoint
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     read = run.image_reader(in_shape)
     net = run.net_for(in_shape, len(class_names)).to(device)
     run.input_stats  # noqa: B018  (a missing statistics file: one line before any image is read)
@@ -82,14 +103,103 @@ def predict(
             for name, p, i in zip(names[chunk], top_p.tolist(), top_i.tolist(), strict=True):
                 rows.append((name, class_names[i], f"{p:.6f}"))
 
+    return _write(run, output, COLUMNS, rows)
+
+
+def _write(run: SavedRun, output: Path, columns: Sequence[str], rows: list) -> Path:
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    writer.writerow(columns)
     writer.writerows(rows)
     atomic_write(output, lambda f: f.write(text.getvalue().encode()))
     run.refresh_manifest()  # a predictions file written into the run is the run's from now on
     log.info("%d predictions with %s -> %s", len(rows), run.ckpt, output)
     return output
+
+
+def _predict_rows(run: SavedRun, input: Path, output: Path | None, device: str) -> Path:
+    """A regression run: one value per data row of the CSV ``input``, from the columns the
+    run trained on (by name, in the sidecar's order), in the target's own units (the
+    standardization the weights carry is undone by ``RegressionModule.predict_rows``)."""
+    if input.is_dir() or input.suffix.lower() != ".csv":
+        raise UserError(
+            f"input={input}: a regression run predicts from a CSV with a header row and the "
+            f"feature columns {', '.join(run.feature_names[:10])}"
+        )
+    output = _check_output(Path(output) if output else run.layout.predictions, run.path)
+    rows = read_features(str(input), run.feature_names)  # (N, F), one line per refusal
+    module = run.module().to(device)
+    values = module.predict_rows(rows).tolist()  # (N,)
+    return _write(run, output, ROW_COLUMNS, [(i, f"{v:.9g}") for i, v in enumerate(values, 1)])
+
+
+def _predict_masks(
+    run: SavedRun, input: Path, output: Path | None, image_dir: str | Path | None, device: str
+) -> Path:
+    """A segmentation run: each image read as its eval data reads images (at the training
+    size), its per-pixel logits resized back to the image's own size (bilinear) and their
+    argmax written as an 8-bit PNG of class indices."""
+    from PIL import Image  # lazy: only a segmentation run writes images
+
+    follow_symlinks = run.data_cfg.get("follow_symlinks") is True
+    names, paths = _list_inputs(input, Path(image_dir) if image_dir else None, follow_symlinks)
+    output = _check_output(Path(output) if output else run.layout.predictions, run.path)
+    masks_dir = output.with_name(f"{output.stem}_masks")
+    if masks_dir.exists() and not masks_dir.is_dir():
+        raise UserError(f"{masks_dir} exists and is not a folder: the masks go there")
+    targets = [Path(n).with_suffix(".png") for n in names]
+    seen: dict[Path, str] = {}
+    for name, target in zip(names, targets, strict=True):
+        if seen.setdefault(target, name) != name:
+            raise UserError(
+                f"{seen[target]} and {name} would both write {masks_dir / target}; rename one"
+            )
+    in_shape, class_names = _shape_and_classes(run)
+    if len(class_names) > 256:
+        raise UserError(f"{len(class_names)} classes do not fit a mask PNG of 8-bit indices")
+    read = run.image_reader(in_shape)
+    net = run.module().to(device)
+    run.input_stats  # noqa: B018  (a missing statistics file: one line before any image is read)
+    rows = []
+    resume_gc()
+    with torch.inference_mode():
+        for start in range(0, len(paths), run.batch_size):
+            chunk = slice(start, start + run.batch_size)
+            x = run.normalize(torch.stack([read(p) for p in paths[chunk]]))  # (B, C, H, W)
+            logits = net(x.to(device)).float()  # (B, K, H, W)
+            for name, path, target, one in zip(
+                names[chunk], paths[chunk], targets[chunk], logits, strict=True
+            ):
+                with Image.open(path) as image:  # decoded whole by read() above
+                    width, height = image.size
+                if (height, width) != tuple(one.shape[1:]):
+                    one = torch.nn.functional.interpolate(
+                        one[None], size=(height, width), mode="bilinear", align_corners=False
+                    )[0]
+                mask = one.argmax(0).to(torch.uint8).cpu().numpy()  # (H, W)
+                written = masks_dir / target
+                png = io.BytesIO()
+                Image.fromarray(mask).save(png, format="PNG")  # (H, W) uint8: mode L
+                _write_bytes(written, png.getvalue())
+                present = [class_names[i] for i in sorted(set(mask.flat))]
+                rows.append((name, str(written), ";".join(present)))
+    return _write(run, output, MASK_COLUMNS, rows)
+
+
+def _check_output(output: Path, run_dir: Path) -> Path:
+    """``check_output``, which also lets a regression or segmentation run's earlier
+    predictions CSV (its own header, not a classifier's) be written again."""
+    target = output.resolve()
+    if target.is_file() and target.is_relative_to(run_dir.resolve()):
+        with open(target, encoding="utf-8", errors="replace") as f:
+            first = f.readline().strip()
+        if first in (",".join(ROW_COLUMNS), ",".join(MASK_COLUMNS)):
+            return output
+    return check_output(output, run_dir)
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
 
 
 def _list_inputs(
@@ -187,7 +297,13 @@ def preview(path: Path, first: int = 5) -> str:
     """The first ``first`` predictions of the CSV at ``path`` as a small table, and where
     the rest are."""
     with open(path, newline="") as f:
-        rows = list(csv.reader(f))[1:]
+        header, *rows = list(csv.reader(f))
+    if tuple(header) != COLUMNS:  # a number per row, or a mask per image: as written
+        width = max([len(r[0]) for r in rows[:first]] + [len(header[0])])
+        lines = [f"{header[0]:<{width}}  {'  '.join(header[1:])}"]
+        lines += [f"{r[0]:<{width}}  {'  '.join(r[1:])}" for r in rows[:first]]
+        more = f" ({len(rows) - first} more)" if len(rows) > first else ""
+        return "\n".join([*lines, f"{len(rows)} predictions{more}: {path}"])
     width = max([len(r[0]) for r in rows[:first]] + [4])
     lines = [f"{'file':<{width}}  {'predicted':<12} probability"]
     lines += [f"{r[0]:<{width}}  {r[1]:<12} {float(r[2]):.3f}" for r in rows[:first]]

@@ -53,6 +53,7 @@ MODULE_GIVEN = ("net", "optimizer", "scheduler", "num_classes", "class_weights",
 NET_GIVEN = ("in_shape", "num_classes")
 # what a LightningModule of your own (no model.net) may be handed: None for each
 OWN_GIVEN = ("optimizer", "scheduler")
+MAX_FEATURES = 100_000  # columns a checkpoint's sidecar may name
 
 
 class SavedRun:
@@ -270,6 +271,42 @@ class SavedRun:
         predict, calibrate, export and eval's calibration numbers need. A LightningModule of
         your own has no ``model.net``."""
         return "net" in self.model_cfg
+
+    @cached_property
+    def task(self) -> str:
+        """``classification`` (our module around ``model.net``), ``regression`` or
+        ``segmentation`` (our ``RegressionModule``, ``SegmentationModule``), or ``own``: a
+        module of yours, whose output only its own code knows."""
+        if self.classifier:
+            return "classification"
+        # lazy: the task modules import torchmetrics; only a saved run without a net asks
+        from experiments.models.regression import RegressionModule
+        from experiments.models.segmentation import SegmentationModule
+
+        module = allowlist.locate(self.model_cfg["_target_"], "module", "model")
+        return {RegressionModule: "regression", SegmentationModule: "segmentation"}.get(
+            module, "own"
+        )
+
+    @property
+    def feature_names(self) -> list[str]:
+        """The feature columns a regression run trained on, in order: its checkpoint
+        sidecar's ``feature_names``, else (an older sidecar) the run's data module's.
+
+        Raises:
+            UserError: a sidecar whose ``feature_names`` is not a list of column names.
+        """
+        names = self.sidecar.get("feature_names")
+        if names is None:
+            return [str(n) for n in getattr(self.datamodule, "feature_names", None) or []]
+        ok = isinstance(names, list) and 0 < len(names) <= MAX_FEATURES
+        if not ok or not all(isinstance(n, str) and 0 < len(n) <= 1000 for n in names):
+            raise UserError(
+                f"{sidecar_of(self.ckpt)}: feature_names={str(names)[:60]} is not a list of 1 "
+                f"to {MAX_FEATURES} column names; restore the file, or delete it to read them "
+                f"from the run's data"
+            )
+        return names
 
     def require_classifier(self, command: str) -> None:
         """One line for a command that only an image classifier's run can answer.

@@ -10,9 +10,10 @@ The families (``FAMILIES``):
 
 * ``data``: the data modules of ``experiments.data`` (``DigitsData``, ``CsvData``,
   ``TorchvisionData``, ``DatasetData``; ``ImageDataModule``, the flat name older runs saved;
-  ``tabular.TabularData``);
+  ``tabular.TabularData``, ``shapes.ShapesData``);
 * ``module``: :class:`experiments.models.ClassificationModule`,
-  :class:`experiments.models.regression.RegressionModule`;
+  :class:`experiments.models.regression.RegressionModule`,
+  :class:`experiments.models.segmentation.SegmentationModule`;
 * ``net``: our nets and model builders (``experiments.models``: CNN, MLP, ResNet9,
   resnet18, backbone -- timm and torchvision by name) and torchvision's model builders
   (``torchvision.models.<name>`` for a name of ``list_models()``), built without
@@ -45,18 +46,20 @@ OURS = {
         n: "experiments.data"
         for n in ("DigitsData", "CsvData", "TorchvisionData", "DatasetData", "ImageDataModule")
     }
-    | {"TabularData": "experiments.data.tabular"},
+    | {"TabularData": "experiments.data.tabular", "ShapesData": "experiments.data.shapes"},
     "module": {
         "ClassificationModule": "experiments.models",
         "RegressionModule": "experiments.models.regression",
+        "SegmentationModule": "experiments.models.segmentation",
     },
     "net": {n: "experiments.models" for n in ("CNN", "MLP", "ResNet9", "resnet18", "backbone")},
 }
 DESCRIBE = {
     "data": "experiments.data.{DigitsData,CsvData,TorchvisionData,DatasetData,ImageDataModule}"
-    " or experiments.data.tabular.TabularData",
-    "module": "experiments.models.ClassificationModule or "
-    "experiments.models.regression.RegressionModule",
+    ", experiments.data.tabular.TabularData or experiments.data.shapes.ShapesData",
+    "module": "experiments.models.ClassificationModule, "
+    "experiments.models.regression.RegressionModule or "
+    "experiments.models.segmentation.SegmentationModule",
     "net": "experiments.models.{CNN,MLP,ResNet9,resnet18,backbone} or torchvision.models.<name>",
     "transform": "torchvision.transforms.v2 transforms (not Lambda) or "
     "experiments.data.transforms classes",

@@ -231,6 +231,7 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     best, last = read_sidecar(layout.best_json), read_sidecar(layout.last_json)
     lines = [f"# Model card: {md_text(layout.path.name)}", ""]
     lines += _data(cfg, counts)
+    lines += _output(cfg, best or last, metrics)
     lines += _recipe(cfg, layout, metrics)
     lines += _checkpoints(layout, best, last, n.get("val"))
     lines += _results(layout, metrics, best, last, n.get("test"))
@@ -275,6 +276,80 @@ def _data(cfg, counts: dict) -> list[str]:
             lines.append(f"| {md_text(name)} | {cells} |")
         totals = " | ".join(f"**{sum(counts[s].values())}**" for s in counts)
         lines.append(f"| all | {totals} |")
+    return lines + [""]
+
+
+REGRESSION = "experiments.models.regression.RegressionModule"
+SEGMENTATION = "experiments.models.segmentation.SegmentationModule"
+
+
+def task_of(cfg: dict | None) -> str:
+    """``classification`` (a ``model.net``), ``regression``, ``segmentation`` (our modules
+    by target) or ``own`` (a module of yours), from the saved config as data."""
+    if _select(cfg or {}, "model.net._target_"):
+        return "classification"
+    target = _select(cfg or {}, "model._target_")
+    return {REGRESSION: "regression", SEGMENTATION: "segmentation"}.get(target, "own")
+
+
+def _names(values: Any, limit: int = 20) -> str:
+    values = values if isinstance(values, list) else []
+    shown = ", ".join(md_text(v, 80) for v in values[:limit])
+    return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
+
+
+def _output(cfg, sidecar: dict, metrics: dict) -> list[str]:
+    """What one prediction of this model is, for its task: what ``experiments.predict``
+    writes and how to read it."""
+    task = task_of(cfg)
+    classes = sidecar.get("class_names")
+    lines = ["## Output", ""]
+    if task == "classification":
+        lines.append(
+            "- one class per image, with its softmax probability (`experiments.predict` writes "
+            "file,predicted,probability)"
+            + (f"; {len(classes)} classes: {_names(classes)}" if isinstance(classes, list) else "")
+        )
+    elif task == "regression":
+        target = sidecar.get("target") if isinstance(sidecar.get("target"), dict) else {}
+        column = target.get("column")
+        what = f"the column {md_code(column)}" if column else "the data's target"
+        if not column and _select(cfg or {}, "data.csv_file") is None:
+            what = "disease progression a year on (scikit-learn's diabetes set)"
+        lines.append(
+            f"- one number per row: {what}, in its own units (the standardization the model "
+            f"trains in is undone); `experiments.predict` reads a CSV and writes row,predicted"
+        )
+        if "mean" in target:
+            lines.append(
+                f"- the target on the train split: mean {_num(target.get('mean'), '.4g')}, "
+                f"standard deviation {_num(target.get('std'), '.4g')} (an MAE is read "
+                f"against the latter)"
+            )
+        features = sidecar.get("feature_names")
+        if isinstance(features, list):
+            lines.append(f"- from {len(features)} feature columns: {_names(features)}")
+    elif task == "segmentation":
+        named = (
+            f"{len(classes)} classes, index: name: "
+            + ", ".join(f"{i}: {md_text(n, 80)}" for i, n in enumerate(classes[:50]))
+            if isinstance(classes, list)
+            else "classes as the data numbers them"
+        )
+        lines.append(
+            f"- one class per pixel, {named}; `experiments.predict` writes a PNG mask of "
+            f"these indices per image, at the image's size"
+        )
+        if "test/miou" in metrics:
+            lines.append(
+                f"- test mIoU {_num(metrics['test/miou'])} (intersection over union per image "
+                f"and class present, averaged), Dice {_num(metrics.get('test/dice'))}"
+            )
+    else:
+        lines.append(
+            f"- what the module's own code returns ({md_code(_select(cfg or {}, 'model._target_'))}"
+            "): predict and export do not know it; eval tests it with its own test_step"
+        )
     return lines + [""]
 
 
@@ -493,7 +568,19 @@ def _export(layout: RunDir, report: dict) -> list[str]:
         return []
     lines = ["## Export", ""]
     for fmt, check in report.items():
-        if isinstance(check, dict):
+        if isinstance(check, dict) and "pixel_agreement" in check:  # logits per pixel
+            name = check.get("ckpt_name") or checkpoint_name(layout, check.get("ckpt"))
+            split = check.get("split") if check.get("split") in SPLITS else "?"
+            lines.append(
+                f"- {md_text(fmt)}: {md_code(check.get('file'))} from "
+                f"{_label(name, check.get('ckpt_epoch'))}, logits per pixel; max |difference| "
+                f"from PyTorch {_num(check.get('max_abs_diff'), '.2e')} on the first batch of "
+                f"the {split} split (n={_num(check.get('batch'), 'd')}); the same class as "
+                f"PyTorch on {_num(check.get('pixel_agreement'), '.4%')} of pixels, pixel "
+                f"accuracy {_num(check.get('pixel_acc_exported'))} (PyTorch "
+                f"{_num(check.get('pixel_acc_torch'))})"
+            )
+        elif isinstance(check, dict):
             name = check.get("ckpt_name") or checkpoint_name(layout, check.get("ckpt"))
             split = check.get("split", "test")
             split = split if split in SPLITS else "?"
