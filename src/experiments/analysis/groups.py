@@ -21,7 +21,10 @@ from experiments.analysis.verdict import Verdict, decide
 from experiments.errors import UserError
 from experiments.runs.layout import HYDRA, METRICS, SAVED_CONFIG
 
-STANDARD_METRICS = ("test/acc", "test/balanced_acc", "test/macro_f1", "val/acc", "wall_time_s")
+STANDARD_METRICS = (
+    "test/acc", "test/balanced_acc", "test/macro_f1", "val/acc", "wall_time_s",
+    "time_to_target/from_launch_s",  # target='val/acc>=0.99' (callbacks.TimeToTarget)
+)  # fmt: skip
 # a metric whose name holds one of these is better lower (when no mode= and no run says)
 LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "nll", "ece", "time", "perplexity")
 
@@ -133,8 +136,9 @@ def compare(
     groups = list(by_config.values())
 
     metrics = [metric]
-    for m in STANDARD_METRICS:
-        if m != metric and all(not isinstance(select(r, m), str) for r in kept):
+    twin = "test/" + metric.split("/", 1)[-1]  # the metric's own test value (val/mae: test/mae)
+    for m in (twin, *STANDARD_METRICS):
+        if m not in metrics and all(not isinstance(select(r, m), str) for r in kept):
             metrics.append(m)
     for group in groups:
         for m in metrics:

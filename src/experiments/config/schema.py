@@ -50,6 +50,7 @@ class RunOptions:
     profile: bool = False
     print_config: bool = False
     compile: bool = False
+    target: str | None = None  # e.g. "val/acc>=0.99" (callbacks.TimeToTarget)
 
 
 @dataclass(frozen=True)
@@ -335,6 +336,8 @@ def _cross_key_rules(cfg: DictConfig) -> None:
         value = _select(cfg, key)
         if value is not None:
             parse(value)
+    if cfg.get("target") is not None:
+        parse_target(cfg.get("target"), "target")
     metric = cfg.get("optimized_metric")
     if metric is not None and "/" not in str(metric):
         raise UserError(

@@ -202,8 +202,8 @@ TARGET = re.compile(
 OPS = {">=": float.__ge__, ">": float.__gt__, "<=": float.__le__, "<": float.__lt__}
 
 
-def parse_target(text: Any) -> tuple[str, str, float]:
-    """``"val/acc>=0.99"`` -> ``("val/acc", ">=", 0.99)``.
+def parse_target(text: Any, key: str = "sweep.target") -> tuple[str, str, float]:
+    """``"val/acc>=0.99"`` -> ``("val/acc", ">=", 0.99)``; ``key`` names it in the error.
 
     Raises:
         UserError: not ``<metric><op><number>``.
@@ -211,8 +211,8 @@ def parse_target(text: Any) -> tuple[str, str, float]:
     found = TARGET.match(str(text)) if isinstance(text, str) else None
     if found is None or "/" not in found.group(1):
         raise UserError(
-            f"sweep.target={text!r} is not valid: expected <stage/metric><op><number> with op "
-            f">=, >, <= or <, e.g. \"sweep.target='val/acc>=0.99'\" (quotes for Hydra and shell)"
+            f"{key}={text!r} is not valid: expected <stage/metric><op><number> with op "
+            f">=, >, <= or <, e.g. \"{key}='val/acc>=0.99'\" (quotes for Hydra and shell)"
         )
     return found.group(1), found.group(2), float(found.group(3))
 

@@ -39,6 +39,8 @@ from experiments.tracking import sweep_plots
 log = logging.getLogger(__name__)
 
 TEST_KEYS = ("test/acc", "test/loss")
+# target=... (callbacks.TimeToTarget): wall seconds from launch to the target, a column when set
+TIME_TO_TARGET = "time_to_target/from_launch_s"
 
 
 def test_keys(metric: str) -> tuple[str, ...]:
@@ -249,6 +251,7 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
         "epoch": epoch,
         **{k: _number(metrics.get(k)) for k in test_keys(metric)},
         "wall_time_s": _number(job.get("wall_time_s")),
+        TIME_TO_TARGET: _number(metrics.get(TIME_TO_TARGET)),
         "status": status,
         "error": str(error or ""),
         "remedies": "; ".join(str(r) for r in _remedies(job, metrics, status)),
@@ -281,7 +284,8 @@ def _broken_row(job_file: Path, metric: str, reason: str) -> dict[str, Any]:
     """The row of a job whose files could not be read: listed, with the reason."""
     return {
         "job": _job_num(job_file), "overrides": "", metric: None, "epoch": "",
-        **dict.fromkeys(test_keys(metric)), "wall_time_s": None, "status": "broken",
+        **dict.fromkeys(test_keys(metric)), "wall_time_s": None, TIME_TO_TARGET: None,
+        "status": "broken",
         "error": reason[:300], "remedies": "", "tags": "", "dir": job_file.parent.name,
     }  # fmt: skip
 
@@ -360,7 +364,7 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         if not rows:
             return rows
         # a column only when a job was healed / tagged / has that test metric
-        for column in ("remedies", "tags", *test_keys(metric)):
+        for column in ("remedies", "tags", *test_keys(metric), TIME_TO_TARGET):
             if not any(r[column] not in ("", None) for r in rows):
                 rows = [{k: v for k, v in r.items() if k != column} for r in rows]
         fields = list(rows[0])
