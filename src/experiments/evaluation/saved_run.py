@@ -22,6 +22,8 @@ from experiments.config.schema import check
 from experiments.data.datasets import read_image
 from experiments.data.normalization import normalize, read_stats, resolve_stats
 from experiments.errors import UserError, one_line
+from experiments.models.regression import RegressionModule
+from experiments.models.segmentation import SegmentationModule
 from experiments.recorded import allowlist
 from experiments.recorded.folder import (
     checkpoint_path,
@@ -279,10 +281,6 @@ class SavedRun:
         module of yours, whose output only its own code knows."""
         if self.classifier:
             return "classification"
-        # lazy: the task modules import torchmetrics; only a saved run without a net asks
-        from experiments.models.regression import RegressionModule
-        from experiments.models.segmentation import SegmentationModule
-
         module = allowlist.locate(self.model_cfg["_target_"], "module", "model")
         return {RegressionModule: "regression", SegmentationModule: "segmentation"}.get(
             module, "own"
