@@ -62,6 +62,8 @@ def test_option_composes_and_instantiates(make_cfg, group, option, tmp_path):
         extra = [f"data.csv_file={tmp_path}/x.csv", f"data.image_dir={tmp_path}"]
     if (group, option) in (("data", "diabetes"), ("model", "regressor")):
         extra = ["experiment=diabetes"]  # the regression task's parts compose as its recipe
+    if (group, option) in (("data", "shapes"), ("model", "unet")):
+        extra = ["experiment=shapes"]  # and segmentation's
     cfg = make_cfg(f"{group}={option}", *extra)
     schema.check(cfg)
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves

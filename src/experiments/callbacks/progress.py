@@ -18,11 +18,14 @@ class TerseProgressBar(TQDMProgressBar):
 
     Args:
         refresh_rate: batches between bar updates on a terminal.
+        monitor: the metric checkpoints are chosen by (``optimized_metric``): on the line
+            whatever its name (``val/miou``, ``val/mae``), beside every loss and accuracy.
     """
 
     MAX_LINES = 20
 
-    def __init__(self, refresh_rate: int = 10) -> None:
+    def __init__(self, refresh_rate: int = 10, monitor: str | None = None) -> None:
+        self.monitor = monitor
         self.interactive = sys.stderr.isatty()
         super().__init__(refresh_rate=refresh_rate if self.interactive else 0)
 
@@ -41,7 +44,7 @@ class TerseProgressBar(TQDMProgressBar):
         shown = {
             k: float(v)
             for k, v in trainer.callback_metrics.items()
-            if k.endswith(("loss", "acc", "acc_best"))
+            if (k.endswith(("loss", "acc", "acc_best")) or k == self.monitor)
             and not k.endswith("_step")
             and v.numel() == 1
         }

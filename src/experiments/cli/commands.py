@@ -110,9 +110,10 @@ usage: python -m experiments.export [run_dir=]<run folder> [format=onnx|torchscr
 Writes <run>/{EXPORTED["onnx"]} (any batch size) or \
 <run>/{EXPORTED["torchscript"]}. The file takes
 float images (N, C, H, W) in [0, 1] at the size the run's eval transform gives (what
-torchvision's ToImage + ToDtype(scale=True) make) and returns logits (N, classes); the
-normalization the run trained with is inside. It is checked on the test split's first
-batch: the largest difference from PyTorch's logits and both accuracies go to
+torchvision's ToImage + ToDtype(scale=True) make) and returns logits (N, classes), or
+(N, classes, H, W) per pixel for a segmentation run; the normalization the run trained
+with is inside. It is checked on the test split's first batch: the largest difference from
+PyTorch's logits and both accuracies (a segmentation run: the argmax's pixel agreement) go to
 <run>/{EXPORT_REPORT} and {MODEL_CARD}. A run trained with compile=true exports the plain
 net. ONNX needs onnx, onnxscript and onnxruntime: pip install 'experiments[export]'."""
 
