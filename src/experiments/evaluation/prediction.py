@@ -126,7 +126,7 @@ def _predict_rows(run: SavedRun, input: Path, output: Path | None, device: str) 
             f"input={input}: a regression run predicts from a CSV with a header row and the "
             f"feature columns {', '.join(run.feature_names[:10])}"
         )
-    output = _check_output(Path(output) if output else run.layout.predictions, run.path)
+    output = check_output(Path(output) if output else run.layout.predictions, run.path)
     rows = read_features(str(input), run.feature_names)  # (N, F), one line per refusal
     module = run.module().to(device)
     values = module.predict_rows(rows).tolist()  # (N,)
@@ -143,7 +143,7 @@ def _predict_masks(
 
     follow_symlinks = run.data_cfg.get("follow_symlinks") is True
     names, paths = _list_inputs(input, Path(image_dir) if image_dir else None, follow_symlinks)
-    output = _check_output(Path(output) if output else run.layout.predictions, run.path)
+    output = check_output(Path(output) if output else run.layout.predictions, run.path)
     masks_dir = output.with_name(f"{output.stem}_masks")
     if masks_dir.exists() and not masks_dir.is_dir():
         raise UserError(f"{masks_dir} exists and is not a folder: the masks go there")
@@ -184,18 +184,6 @@ def _predict_masks(
                 present = [class_names[i] for i in sorted(set(mask.flat))]
                 rows.append((name, str(written), ";".join(present)))
     return _write(run, output, MASK_COLUMNS, rows)
-
-
-def _check_output(output: Path, run_dir: Path) -> Path:
-    """``check_output``, which also lets a regression or segmentation run's earlier
-    predictions CSV (its own header, not a classifier's) be written again."""
-    target = output.resolve()
-    if target.is_file() and target.is_relative_to(run_dir.resolve()):
-        with open(target, encoding="utf-8", errors="replace") as f:
-            first = f.readline().strip()
-        if first in (",".join(ROW_COLUMNS), ",".join(MASK_COLUMNS)):
-            return output
-    return check_output(output, run_dir)
 
 
 def _write_bytes(path: Path, data: bytes) -> None:

@@ -269,7 +269,8 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-PREDICTIONS_HEADER = "file,predicted,probability"
+# the headers of an earlier predictions CSV, per task: classification, regression, segmentation
+PREDICTIONS_HEADERS = ("file,predicted,probability", "row,predicted", "file,mask,classes")
 
 
 def check_output(output: Path, run_dir: Path) -> Path:
@@ -290,7 +291,7 @@ def check_output(output: Path, run_dir: Path) -> Path:
             first = f.readline().strip()
     except OSError:
         first = ""
-    if first != PREDICTIONS_HEADER:
+    if first not in PREDICTIONS_HEADERS:
         raise UserError(
             f"output={output} would replace {target.name}, a file of the run {run_dir}; "
             f"give a new file name (the default is {RunDir(run_dir).predictions})"
