@@ -27,6 +27,7 @@ from experiments.models.metrics import (
     resolve_top_k,
     summarize,
 )
+from experiments.models.schedules import with_scheduler
 from experiments.models.weights_fit import load_fitted
 from experiments.runs.layout import RunDir
 
@@ -288,17 +289,6 @@ class ClassificationModule(L.LightningModule):
                 p for n, p in self.net.named_parameters() if not finetune.under(n, frozen_for_good)
             ]
             optimizer = self.optimizer_factory(params)
-        if self.scheduler_factory is None:
-            return optimizer
-        interval = self.scheduler_interval
-        if "total_steps" in finetune.arguments(self.scheduler_factory):
-            # schedules over the whole run are stepped per optimizer step
-            total = int(self.trainer.estimated_stepping_batches)
-            scheduler = self.scheduler_factory(
-                optimizer, total_steps=total, total_epochs=int(self.trainer.max_epochs)
-            )
-            interval = "step"
-        else:
-            scheduler = self.scheduler_factory(optimizer)
-        config = {"scheduler": scheduler, "interval": interval, "monitor": self.monitor}
-        return {"optimizer": optimizer, "lr_scheduler": config}
+        return with_scheduler(
+            self, optimizer, self.scheduler_factory, self.scheduler_interval, self.monitor
+        )

@@ -21,7 +21,7 @@ from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, 
 
 from experiments.config.hints import Ge, Le
 from experiments.errors import UserError
-from experiments.models.finetune import arguments
+from experiments.models.schedules import with_scheduler
 
 LOSSES = {"mse": F.mse_loss, "l1": F.l1_loss, "huber": F.smooth_l1_loss}
 
@@ -180,18 +180,6 @@ class RegressionModule(L.LightningModule):
         if self.optimizer_factory is None:
             raise UserError("model: RegressionModule was built without an optimizer to train")
         optimizer = self.optimizer_factory(self.layers.parameters())
-        if self.scheduler_factory is None:
-            return optimizer
-        interval = self.scheduler_interval
-        if "total_steps" in arguments(self.scheduler_factory):
-            # schedules over the whole run are stepped per optimizer step
-            scheduler = self.scheduler_factory(
-                optimizer,
-                total_steps=int(self.trainer.estimated_stepping_batches),
-                total_epochs=int(self.trainer.max_epochs),
-            )
-            interval = "step"
-        else:
-            scheduler = self.scheduler_factory(optimizer)
-        config = {"scheduler": scheduler, "interval": interval, "monitor": self.monitor}
-        return {"optimizer": optimizer, "lr_scheduler": config}
+        return with_scheduler(
+            self, optimizer, self.scheduler_factory, self.scheduler_interval, self.monitor
+        )

@@ -12,6 +12,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR, OneCycleLR
 
 from experiments.config.hints import Ge, Le
+from experiments.models.finetune import arguments
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +68,22 @@ def _warmup_share(warmup_epochs: float, total_epochs: int) -> float:
         )
         share = 0.5
     return share
+
+
+def with_scheduler(module, optimizer, scheduler_factory, interval: str, monitor: str | None):
+    """What ``configure_optimizers`` returns for ``optimizer`` and an optional scheduler
+    partial: a schedule over the whole run (it takes ``total_steps``) is told the run's
+    length and stepped per optimizer step; another one every ``interval``."""
+    if scheduler_factory is None:
+        return optimizer
+    if "total_steps" in arguments(scheduler_factory):
+        scheduler = scheduler_factory(
+            optimizer,
+            total_steps=int(module.trainer.estimated_stepping_batches),
+            total_epochs=int(module.trainer.max_epochs),
+        )
+        interval = "step"
+    else:
+        scheduler = scheduler_factory(optimizer)
+    config = {"scheduler": scheduler, "interval": interval, "monitor": monitor}
+    return {"optimizer": optimizer, "lr_scheduler": config}

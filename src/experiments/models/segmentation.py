@@ -16,7 +16,7 @@ from torchmetrics.segmentation import DiceScore, MeanIoU
 
 from experiments.config.hints import Ge
 from experiments.errors import UserError
-from experiments.models.finetune import arguments
+from experiments.models.schedules import with_scheduler
 from experiments.models.unet import UNet
 
 
@@ -118,21 +118,9 @@ class SegmentationModule(L.LightningModule):
         if self.optimizer_factory is None:
             raise UserError("model: SegmentationModule was built without an optimizer to train")
         optimizer = self.optimizer_factory(self.net.parameters())
-        if self.scheduler_factory is None:
-            return optimizer
-        interval = self.scheduler_interval
-        if "total_steps" in arguments(self.scheduler_factory):
-            # schedules over the whole run are stepped per optimizer step
-            scheduler = self.scheduler_factory(
-                optimizer,
-                total_steps=int(self.trainer.estimated_stepping_batches),
-                total_epochs=int(self.trainer.max_epochs),
-            )
-            interval = "step"
-        else:
-            scheduler = self.scheduler_factory(optimizer)
-        config = {"scheduler": scheduler, "interval": interval, "monitor": self.monitor}
-        return {"optimizer": optimizer, "lr_scheduler": config}
+        return with_scheduler(
+            self, optimizer, self.scheduler_factory, self.scheduler_interval, self.monitor
+        )
 
 
 def check_shape(shape: tuple, in_channels: int, depth: int) -> None:
