@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 from experiments.compat.lightning import batches_processed, epochs_processed
 from experiments.data import store
 from experiments.data.samplers import ClassBalancedSampler, EpochShuffleSampler
+from experiments.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -251,3 +252,25 @@ def loader(dm, split: str) -> DataLoader | StoreLoader:
     if split != "train" or overfitting:
         return DataLoader(dataset, shuffle=False, **options)
     return train_loader(dataset, trainer, balanced_targets=targets, **options)
+
+
+class SplitLoaders:
+    """The three loaders of a LightningDataModule that keeps ``train_set``, ``val_set`` and
+    ``test_set`` (and ``batch_size``, ``num_workers``): the resumable train loader (its
+    order is a function of seed and epoch, so ``resume=`` is exact) and plain ones for the
+    others. ``unit`` names the samples in the one line about an empty test split."""
+
+    unit = "samples"
+
+    def train_dataloader(self) -> DataLoader:
+        return train_loader(
+            self.train_set, self.trainer, batch_size=self.batch_size, num_workers=self.num_workers
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_set, batch_size=self.batch_size, num_workers=self.num_workers)
+
+    def test_dataloader(self) -> DataLoader:
+        if not len(self.test_set):
+            raise UserError(f"data.test_fraction=0 leaves no test {self.unit}; set test=false")
+        return DataLoader(self.test_set, batch_size=self.batch_size, num_workers=self.num_workers)

@@ -11,11 +11,11 @@ from typing import Annotated
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from experiments.config.hints import Ge, Le
 from experiments.data.datasets import read_image
-from experiments.data.loaders import train_loader
+from experiments.data.loaders import SplitLoaders
 from experiments.data.splits import split_indices
 from experiments.errors import UserError
 
@@ -122,7 +122,7 @@ def read_folder(
     return x, torch.from_numpy(np.stack(masks)), [p.name for p in files]
 
 
-class ShapesData(L.LightningDataModule):
+class ShapesData(SplitLoaders, L.LightningDataModule):
     """Batches of ``(images (B, 1, H, W) in [0, 1], masks (B, H, W) int64)``, split
     train/val/test with a seed.
 
@@ -142,6 +142,8 @@ class ShapesData(L.LightningDataModule):
         split_seed: fixes the split.
         augment: image augmentation would move images without their masks: null only.
     """
+
+    unit = "images"
 
     def __init__(
         self,
@@ -216,17 +218,3 @@ class ShapesData(L.LightningDataModule):
         self.train_set, self.val_set, self.test_set = (
             TensorDataset(images[idx], masks[idx]) for idx in (train, val, test)
         )
-
-    def train_dataloader(self) -> DataLoader:
-        # the resumable loader: its order is a function of (seed, epoch), so resume= is exact
-        return train_loader(
-            self.train_set, self.trainer, batch_size=self.batch_size, num_workers=self.num_workers
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.batch_size, num_workers=self.num_workers)
-
-    def test_dataloader(self) -> DataLoader:
-        if not len(self.test_set):
-            raise UserError("data.test_fraction=0 leaves no test images; set test=false")
-        return DataLoader(self.test_set, batch_size=self.batch_size, num_workers=self.num_workers)

@@ -15,10 +15,10 @@ from typing import Annotated
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from experiments.config.hints import Ge, Le
-from experiments.data.loaders import train_loader
+from experiments.data.loaders import SplitLoaders
 from experiments.data.splits import split_indices
 from experiments.errors import UserError
 from experiments.runs.files import read_text
@@ -27,7 +27,7 @@ from experiments.runs.files import read_text
 MAX_CSV_BYTES = 256 * 1024 * 1024
 
 
-class TabularData(L.LightningDataModule):
+class TabularData(SplitLoaders, L.LightningDataModule):
     """Features ``(N, F)`` and targets ``(N,)`` as float32 tensors, split train/val/test.
 
     Batches are raw ``(x (B, F), y (B,))``: the module standardizes with the statistics of
@@ -47,6 +47,8 @@ class TabularData(L.LightningDataModule):
         augment: image augmentation (the ``augment`` group) has no meaning for a table: null
             only, so ``data=diabetes`` composes with the default ``augment=none``.
     """
+
+    unit = "rows"
 
     def __init__(
         self,
@@ -110,20 +112,6 @@ class TabularData(L.LightningDataModule):
         self.train_set, self.val_set, self.test_set = (
             TensorDataset(x[idx], y[idx]) for idx in (train, val, test)
         )
-
-    def train_dataloader(self) -> DataLoader:
-        # the resumable loader: its order is a function of (seed, epoch), so resume= is exact
-        return train_loader(
-            self.train_set, self.trainer, batch_size=self.batch_size, num_workers=self.num_workers
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.batch_size, num_workers=self.num_workers)
-
-    def test_dataloader(self) -> DataLoader:
-        if not len(self.test_set):
-            raise UserError("data.test_fraction=0 leaves no test rows; set test=false")
-        return DataLoader(self.test_set, batch_size=self.batch_size, num_workers=self.num_workers)
 
 
 def fit_standardization(features: np.ndarray, targets: np.ndarray) -> dict:
