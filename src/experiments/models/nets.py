@@ -213,3 +213,57 @@ def resnet18(in_shape: Sequence[int], num_classes: int, small_input: bool = True
     elif c != 3:
         net.conv1 = nn.Conv2d(c, 64, kernel_size=7, stride=2, padding=3, bias=False)
     return net
+
+
+class SpeedNet(nn.Module):
+    """A compact CNN for CPU speedruns: downsamples early, so most convolutions run on small maps.
+
+    Layout for a 1x28x28 input with the default widths (16, 32, 64)::
+
+        stem    conv5x5-BN-ReLU 16, maxpool2   -> (B, 16, 14, 14)
+        block1  conv3x3-BN-ReLU 32, maxpool2   -> (B, 32,  7,  7)
+        block2  conv3x3-BN-ReLU 64, maxpool2   -> (B, 64,  3,  3)
+        head    flatten, dropout, Linear(64 * 3 * 3, K)
+
+    Each stage pools only while the map is at least 2x2, so small inputs still work.
+
+    Args:
+        in_shape: shape of one sample, ``(C, H, W)``.
+        num_classes: number of output logits.
+        widths: output channels of the stem and of each following conv stage.
+        stem_kernel: kernel size of the stem convolution (odd).
+        dropout: dropout probability before the linear head.
+        bn_momentum: BatchNorm's running-statistics momentum (high for short runs, see
+            :class:`CNN`).
+    """
+
+    def __init__(
+        self,
+        in_shape: Sequence[int],
+        num_classes: int,
+        widths: Sequence[Annotated[int, Ge(1)]] = (16, 32, 64),
+        stem_kernel: Annotated[int, Ge(1)] = 5,
+        dropout: Annotated[float, Ge(0), Lt(1)] = 0.0,
+        bn_momentum: Annotated[float, Ge(0), Le(1)] = 0.3,
+    ) -> None:
+        super().__init__()
+        c, h, w = in_shape
+        layers: list[nn.Module] = []
+        for i, out in enumerate(widths):
+            k = stem_kernel if i == 0 else 3
+            layers += [
+                nn.Conv2d(c, out, k, padding=k // 2, bias=False),
+                nn.BatchNorm2d(out, momentum=bn_momentum),
+                nn.ReLU(inplace=True),
+            ]  # (B, out, h, w)
+            if min(h, w) >= 2:
+                layers.append(nn.MaxPool2d(2))  # (B, out, h/2, w/2)
+                h, w = h // 2, w // 2
+            c = out
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Sequential(
+            nn.Flatten(), nn.Dropout(dropout), nn.Linear(c * h * w, num_classes)
+        )  # (B, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, num_classes)
+        return self.head(self.features(x))
