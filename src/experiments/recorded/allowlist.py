@@ -52,7 +52,8 @@ OURS = {
         "RegressionModule": "experiments.models.regression",
         "SegmentationModule": "experiments.models.segmentation",
     },
-    "net": {n: "experiments.models" for n in ("CNN", "MLP", "ResNet9", "resnet18", "backbone")},
+    "net": {n: "experiments.models" for n in ("CNN", "MLP", "ResNet9", "resnet18", "backbone")}
+    | {"SpeedNet": "experiments.models.nets"},
 }
 DESCRIBE = {
     "data": "experiments.data.{DigitsData,CsvData,TorchvisionData,DatasetData,ImageDataModule}"
@@ -60,7 +61,8 @@ DESCRIBE = {
     "module": "experiments.models.ClassificationModule, "
     "experiments.models.regression.RegressionModule or "
     "experiments.models.segmentation.SegmentationModule",
-    "net": "experiments.models.{CNN,MLP,ResNet9,resnet18,backbone} or torchvision.models.<name>",
+    "net": "experiments.models.{CNN,MLP,ResNet9,resnet18,backbone}, "
+    "experiments.models.nets.SpeedNet or torchvision.models.<name>",
     "transform": "torchvision.transforms.v2 transforms (not Lambda) or "
     "experiments.data.transforms classes",
     "dataset": f"only targets of the modules in {TRUSTED_ENV} (none by default)",
