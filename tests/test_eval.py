@@ -238,3 +238,24 @@ def test_each_checkpoints_evaluation_is_kept_and_names_its_epoch_and_count(run_c
     assert kept[last_name]["samples"] == {"test": sum(counts["test"].values())}
     card = (run_copy / "model_card.md").read_text()
     assert f"## Test results: {last_name} (last epoch {sidecar['epoch']})" in card
+
+
+def test_flip_tta_averages_an_image_and_its_mirror(run_copy, tmp_path):
+    """tta=flip: the mean softmax of each test image and its mirror image, reported beside
+    the plain scores; the views are exact (the mirror of the mirror is the image)."""
+    import torch
+
+    from experiments.evaluation.saved_run import tta_views
+
+    x = torch.arange(2 * 1 * 3 * 4, dtype=torch.float32).view(2, 1, 3, 4)
+    plain, mirror = tta_views("flip")(x)
+    assert torch.equal(plain, x) and torch.equal(mirror.flip(-1), x)
+    shifted = tta_views("flip_translate")(x)
+    assert len(shifted) == 6 and torch.equal(shifted[2][..., 1:], x[..., :-1])
+    assert bool((shifted[2][..., 0] == 0).all())  # zeros shifted in, as the shift augment pads
+    res = run_inproc("-m", "experiments.eval", str(run_copy), "tta=flip", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    saved = json.loads((run_copy / "eval_metrics.json").read_text())
+    assert {"test/tta/acc", "test/tta/balanced_acc", "test/tta/macro_f1"} <= set(saved)
+    res = run_inproc("-m", "experiments.eval", str(run_copy), "tta=rotate", cwd=tmp_path)
+    assert res.returncode == 2 and "tta='rotate' is not valid" in res.stderr

@@ -49,7 +49,7 @@ from experiments.runs.provenance import prestart_git_probe
 
 EVAL_USAGE = f"""\
 usage: python -m experiments.eval [run_dir=]<run folder> [ckpt=best|last|<file.pt>]
-           [posthoc_tau=<tau>] [key=value ...]
+           [posthoc_tau=<tau>] [tta=none|flip|flip_translate] [key=value ...]
 
 Rebuilds the run's data (same split) and model from <run>/{HYDRA}/{SAVED_CONFIG}, loads the
 weights-only checkpoint (default best), runs the test split and writes
@@ -58,7 +58,10 @@ after calibration test/ece_calibrated), {RELIABILITY} and {MODEL_CARD}. Other ke
 arguments override keys of the run's config, e.g. data.batch_size=256
 trainer.accelerator=cpu (+key=value adds a key). posthoc_tau=1.0 also reports
 test/posthoc/{{acc,balanced_acc,macro_f1}} after post-hoc logit adjustment (logits minus
-tau * log of the training split's class prior; for long-tailed data).
+tau * log of the training split's class prior; for long-tailed data). tta=flip also reports
+test/tta/{{acc,balanced_acc,macro_f1}} on the mean softmax of each image and its mirror
+image; flip_translate adds the image shifted by one pixel each way (6 views). Only for
+images a mirror leaves of the same class.
 The run is rebuilt from a closed set of classes (ours, torchvision's transforms and model
 builders), never by calling what its files name; EXPERIMENTS_TRUSTED_MODULES=<pkg>[,<pkg>]
 admits the targets of a package of your own."""
@@ -203,9 +206,14 @@ class Command:
         return importlib.import_module(self.worker).command(typed, overrides)
 
 
+TTA = ("none", "flip", "flip_translate")
+
+
 def _evaluate_options(options: dict) -> dict:
-    """eval's posthoc_tau a float, None when not given."""
+    """eval's posthoc_tau a float, None when not given; tta one of ``TTA``."""
     tau = options["posthoc_tau"]
+    if options["tta"] not in TTA:
+        raise UserError(f"tta={options['tta']!r} is not valid; use one of {', '.join(TTA)}")
     try:
         return {**options, "posthoc_tau": float(tau) if tau else None}
     except ValueError:
@@ -237,7 +245,7 @@ def _verify_options(options: dict) -> dict:
 RUN = {"run_dir": None, "ckpt": "best"}
 evaluate = Command(
     EVAL_USAGE,
-    {**RUN, "posthoc_tau": ""},
+    {**RUN, "posthoc_tau": "", "tta": "none"},
     "experiments.evaluation.evaluate",
     typed=_evaluate_options,
 )

@@ -13,7 +13,7 @@ import torch
 from experiments.analysis.calibration import expected_calibration_error, reliability_diagram
 from experiments.console import resume_gc, route_lightning_logs
 from experiments.errors import UserError
-from experiments.evaluation.saved_run import SavedRun
+from experiments.evaluation.saved_run import SavedRun, tta_views
 from experiments.models.losses import class_prior
 from experiments.models.metrics import run_test, summarize
 from experiments.runs.files import read_json_object, write_json
@@ -30,6 +30,7 @@ def evaluate(
     ckpt: str = "best",
     overrides: Sequence[str] = (),
     posthoc_tau: float | None = None,
+    tta: str = "none",
 ) -> dict:
     """Test ``ckpt`` of the run in ``run_dir`` and write ``<run_dir>/eval_metrics.json``.
 
@@ -40,6 +41,8 @@ def evaluate(
         posthoc_tau: also report ``test/posthoc/<metric>`` on logits minus
             ``posthoc_tau * log(class prior of the train split)`` (post-hoc logit
             adjustment, Menon et al., 2021).
+        tta: ``flip`` or ``flip_translate``: also report ``test/tta/<metric>`` on the mean
+            softmax over the views (``saved_run.tta_views``).
 
     Returns:
         The test metrics (``test/acc``, ``test/loss``, ...) as floats.
@@ -51,6 +54,8 @@ def evaluate(
     run = SavedRun(run_dir, ckpt, overrides)
     if posthoc_tau is not None:
         run.require_classifier("posthoc_tau")
+    if tta != "none":
+        run.require_classifier("tta")
     route_lightning_logs()
     start = time.perf_counter()
     model, trainer = run.module(), run.trainer()
@@ -58,6 +63,11 @@ def evaluate(
     metrics = run_test(trainer, model, run.datamodule)
     if run.classifier:
         n_test = _calibration(run, metrics, posthoc_tau)
+        if tta != "none":
+            logits, labels = run.logits("test", tta_views(tta))
+            metrics.update(
+                _scores("test/tta", logits.argmax(1), labels, run.datamodule.num_classes)
+            )
     else:  # a module of your own: its test_step's metrics are the evaluation
         n_test = len(getattr(run.datamodule, "test_set", None) or ())
     name = run.ckpt_name
@@ -104,10 +114,14 @@ def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:
     k = run.datamodule.num_classes
     prior = torch.tensor(class_prior(run.datamodule.train_targets("posthoc_tau"), k))
     adjusted = logits - tau * prior.clamp_min(1e-12).log().float()
-    pairs = labels.long() * k + adjusted.argmax(dim=1)
-    matrix = torch.bincount(pairs, minlength=k * k).view(k, k)
-    values = summarize(matrix)
-    return {f"test/posthoc/{m}": float(values[m]) for m in ("acc", "balanced_acc", "macro_f1")}
+    return _scores("test/posthoc", adjusted.argmax(dim=1), labels, k)
+
+
+def _scores(prefix: str, predicted, labels, k: int) -> dict[str, float]:
+    """Accuracy, balanced accuracy and macro F1 of ``predicted`` as ``<prefix>/<metric>``."""
+    pairs = labels.long() * k + predicted.long()
+    values = summarize(torch.bincount(pairs, minlength=k * k).view(k, k))
+    return {f"{prefix}/{m}": float(values[m]) for m in ("acc", "balanced_acc", "macro_f1")}
 
 
 def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, float]) -> None:
@@ -139,7 +153,9 @@ def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, f
 
 def command(options: dict, overrides: list[str]) -> None:
     """``python -m experiments.eval``'s work, once ``cli`` has parsed its arguments."""
-    metrics = evaluate(options["run_dir"], options["ckpt"], overrides, options["posthoc_tau"])
+    metrics = evaluate(
+        options["run_dir"], options["ckpt"], overrides, options["posthoc_tau"], options["tta"]
+    )
     for key in sorted(metrics):
         print(f"{key}={metrics[key]:.4f}")
     print(f"wrote {RunDir(options['run_dir']).eval_metrics}")

@@ -374,8 +374,12 @@ class SavedRun:
         x, y = next(iter(getattr(self.datamodule, f"{split}_dataloader")()))
         return x, y
 
-    def logits(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """The net's logits ``(N, K)`` and the labels ``(N,)`` of a whole split, on the CPU."""
+    def logits(self, split: str, views=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The net's logits ``(N, K)`` and the labels ``(N,)`` of a whole split, on the CPU.
+
+        ``views``: a function of a batch ``(B, C, H, W)`` to a list of batches (test-time
+        augmentation, ``tta_views``); the logits are then the log of the mean softmax.
+        """
         if not self.has_split(split):
             raise UserError(f"{self.path}: the run has no {split} split")
         dm, net = self.datamodule, self.net
@@ -383,7 +387,11 @@ class SavedRun:
         with torch.inference_mode():
             for batch in getattr(dm, f"{split}_dataloader")():
                 x, y = dm.on_after_batch_transfer(batch, 0)  # normalized as in training
-                outs.append(net(x).float())
+                if views is None:
+                    outs.append(net(x).float())
+                else:
+                    probs = torch.stack([net(v).float().softmax(1) for v in views(x)])
+                    outs.append(probs.mean(0).log())
                 labels.append(y)
         return torch.cat(outs), torch.cat(labels)
 
@@ -407,3 +415,25 @@ def _check_override_keys(overrides: Sequence[str]) -> None:
                 f"{', '.join(f'trainer.{k}' for k in TRAINER_KEYS)}; data.*, model.* and paths.* "
                 f"may be set)"
             )
+
+
+def tta_views(mode: str):
+    """The views test-time augmentation averages over: ``flip``, the batch and its mirror
+    image (left-right); ``flip_translate``, those and the image shifted one pixel each way
+    (zeros in, as the shift augmentation pads). None for ``none``."""
+    if mode == "none":
+        return None
+
+    def views(x: torch.Tensor) -> list[torch.Tensor]:
+        out = [x, x.flip(-1)]
+        if mode == "flip_translate":
+            for dy, dx in ((0, 1), (0, -1), (1, 0), (-1, 0)):
+                shifted = torch.roll(x, shifts=(dy, dx), dims=(-2, -1))
+                if dy:
+                    shifted[..., 0 if dy > 0 else -1, :] = 0
+                if dx:
+                    shifted[..., :, 0 if dx > 0 else -1] = 0
+                out.append(shifted)
+        return out
+
+    return views
