@@ -202,7 +202,7 @@ def test_a_key_of_another_data_option_is_refused_not_ignored(tmp_path, data_dir,
 @pytest.mark.parametrize(
     "override, owner",
     [
-        ("+data.image_size=[8,8]", "data=image_csv"),
+        ("+data.image_size=[8,8]", "data=image_csv, data=shapes"),
         ("+data.download=true", "data=cifar10, data=fashion_mnist, data=mnist"),
         ("+logger.wandb.project=p", "logger=wandb"),  # logger=csv never builds a W&B logger
     ],
