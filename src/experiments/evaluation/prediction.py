@@ -89,19 +89,12 @@ def predict(
     output = check_output(Path(output) if output else run.layout.predictions, run_dir)
     in_shape, class_names = _shape_and_classes(run)
     temperature = run.temperature() or 1.0  # experiments.calibrate's, for this checkpoint
-    read = run.image_reader(in_shape)
     net = run.net_for(in_shape, len(class_names)).to(device)
-    run.input_stats  # noqa: B018  (a missing statistics file: one line before any image is read)
     rows = []
-    resume_gc()
-    with torch.inference_mode():
-        for start in range(0, len(paths), run.batch_size):
-            chunk = slice(start, start + run.batch_size)
-            x = run.normalize(torch.stack([read(p) for p in paths[chunk]]))  # (B, C, H, W)
-            logits = net(x.to(device)).float() / temperature  # (B, num_classes)
-            top_p, top_i = torch.softmax(logits, dim=1).max(dim=1)
-            for name, p, i in zip(names[chunk], top_p.tolist(), top_i.tolist(), strict=True):
-                rows.append((name, class_names[i], f"{p:.6f}"))
+    for chunk, logits in _logits(run, net, paths, in_shape, device):  # (B, num_classes)
+        top_p, top_i = torch.softmax(logits / temperature, dim=1).max(dim=1)
+        for name, p, i in zip(names[chunk], top_p.tolist(), top_i.tolist(), strict=True):
+            rows.append((name, class_names[i], f"{p:.6f}"))
 
     return _write(run, output, COLUMNS, rows)
 
@@ -157,33 +150,39 @@ def _predict_masks(
     in_shape, class_names = _shape_and_classes(run)
     if len(class_names) > 256:
         raise UserError(f"{len(class_names)} classes do not fit a mask PNG of 8-bit indices")
-    read = run.image_reader(in_shape)
     net = run.module().to(device)
-    run.input_stats  # noqa: B018  (a missing statistics file: one line before any image is read)
     rows = []
+    for chunk, logits in _logits(run, net, paths, in_shape, device):  # (B, K, H, W)
+        for name, path, target, one in zip(
+            names[chunk], paths[chunk], targets[chunk], logits, strict=True
+        ):
+            with Image.open(path) as image:  # decoded whole by the reader already
+                width, height = image.size
+            if (height, width) != tuple(one.shape[1:]):
+                one = torch.nn.functional.interpolate(
+                    one[None], size=(height, width), mode="bilinear", align_corners=False
+                )[0]
+            mask = one.argmax(0).to(torch.uint8).cpu().numpy()  # (H, W)
+            written = masks_dir / target
+            png = io.BytesIO()
+            Image.fromarray(mask).save(png, format="PNG")  # (H, W) uint8: mode L
+            _write_bytes(written, png.getvalue())
+            present = [class_names[i] for i in sorted(set(mask.flat))]
+            rows.append((name, str(written), ";".join(present)))
+    return _write(run, output, MASK_COLUMNS, rows)
+
+
+def _logits(run: SavedRun, net, paths: list[Path], in_shape, device):
+    """``(slice of paths, float logits)`` batch by batch: each image read as the run's eval
+    data reads it (``SavedRun.image_reader``), normalized with the run's statistics."""
+    read = run.image_reader(in_shape)
+    run.input_stats  # noqa: B018  (a missing statistics file: one line before any image is read)
     resume_gc()
     with torch.inference_mode():
         for start in range(0, len(paths), run.batch_size):
             chunk = slice(start, start + run.batch_size)
             x = run.normalize(torch.stack([read(p) for p in paths[chunk]]))  # (B, C, H, W)
-            logits = net(x.to(device)).float()  # (B, K, H, W)
-            for name, path, target, one in zip(
-                names[chunk], paths[chunk], targets[chunk], logits, strict=True
-            ):
-                with Image.open(path) as image:  # decoded whole by read() above
-                    width, height = image.size
-                if (height, width) != tuple(one.shape[1:]):
-                    one = torch.nn.functional.interpolate(
-                        one[None], size=(height, width), mode="bilinear", align_corners=False
-                    )[0]
-                mask = one.argmax(0).to(torch.uint8).cpu().numpy()  # (H, W)
-                written = masks_dir / target
-                png = io.BytesIO()
-                Image.fromarray(mask).save(png, format="PNG")  # (H, W) uint8: mode L
-                _write_bytes(written, png.getvalue())
-                present = [class_names[i] for i in sorted(set(mask.flat))]
-                rows.append((name, str(written), ";".join(present)))
-    return _write(run, output, MASK_COLUMNS, rows)
+            yield chunk, net(x.to(device)).float()
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
