@@ -21,12 +21,12 @@ from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, 
 
 from experiments.config.hints import Ge, Le
 from experiments.errors import UserError
-from experiments.models.schedules import with_scheduler
+from experiments.models.schedules import TaskSteps
 
 LOSSES = {"mse": F.mse_loss, "l1": F.l1_loss, "huber": F.smooth_l1_loss}
 
 
-class RegressionModule(L.LightningModule):
+class RegressionModule(TaskSteps, L.LightningModule):
     """An MLP (``hidden_sizes=[]``: a linear model) from ``in_features`` to one value.
 
     Args:
@@ -163,23 +163,9 @@ class RegressionModule(L.LightningModule):
             self.log_dict(metrics, on_epoch=True, batch_size=len(y))
         return loss
 
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._shared_step(batch, "train")
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._shared_step(batch, "val")
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._shared_step(batch, "test")
-
     def predict_step(self, batch, batch_idx: int) -> torch.Tensor:
         x = batch[0] if isinstance(batch, list | tuple) else batch
         return self.to_original(self(x))
 
-    def configure_optimizers(self):
-        if self.optimizer_factory is None:
-            raise UserError("model: RegressionModule was built without an optimizer to train")
-        optimizer = self.optimizer_factory(self.layers.parameters())
-        return with_scheduler(
-            self, optimizer, self.scheduler_factory, self.scheduler_interval, self.monitor
-        )
+    def trained_parameters(self):
+        return self.layers.parameters()

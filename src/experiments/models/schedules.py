@@ -12,6 +12,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR, OneCycleLR
 
 from experiments.config.hints import Ge, Le
+from experiments.errors import UserError
 from experiments.models.finetune import arguments
 
 log = logging.getLogger(__name__)
@@ -87,3 +88,27 @@ def with_scheduler(module, optimizer, scheduler_factory, interval: str, monitor:
         scheduler = scheduler_factory(optimizer)
     config = {"scheduler": scheduler, "interval": interval, "monitor": monitor}
     return {"optimizer": optimizer, "lr_scheduler": config}
+
+
+class TaskSteps:
+    """The steps a task module (regression, segmentation) shares, mixed in before
+    ``L.LightningModule``: train/val/test each call ``_shared_step(batch, stage)``, and
+    ``configure_optimizers`` builds the optimizer over ``trained_parameters()`` from the
+    module's ``optimizer_factory`` and ``scheduler_factory`` (``with_scheduler``)."""
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._shared_step(batch, "val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._shared_step(batch, "test")
+
+    def configure_optimizers(self):
+        if self.optimizer_factory is None:
+            raise UserError(f"model: {type(self).__name__} was built without an optimizer to train")
+        optimizer = self.optimizer_factory(self.trained_parameters())
+        return with_scheduler(
+            self, optimizer, self.scheduler_factory, self.scheduler_interval, self.monitor
+        )

@@ -16,7 +16,7 @@ from torchmetrics.segmentation import DiceScore, MeanIoU
 
 from experiments.config.hints import Ge
 from experiments.errors import UserError
-from experiments.models.schedules import with_scheduler
+from experiments.models.schedules import TaskSteps
 from experiments.models.unet import UNet
 
 
@@ -34,7 +34,7 @@ def segmentation_metrics(num_classes: int) -> MetricCollection:
     )
 
 
-class SegmentationModule(L.LightningModule):
+class SegmentationModule(TaskSteps, L.LightningModule):
     """A ``UNet`` trained with per-pixel cross-entropy; logs ``<stage>/loss``, and for val
     and test ``<stage>/miou``, ``/dice`` and ``/pixel_acc``.
 
@@ -101,26 +101,12 @@ class SegmentationModule(L.LightningModule):
             self.log(f"{stage}/pixel_acc", (pred == y).float().mean(), batch_size=len(y))
         return loss
 
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._shared_step(batch, "train")
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._shared_step(batch, "val")
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._shared_step(batch, "test")
-
     def predict_step(self, batch, batch_idx: int) -> torch.Tensor:
         x = batch[0] if isinstance(batch, list | tuple) else batch
         return self(x).argmax(1)
 
-    def configure_optimizers(self):
-        if self.optimizer_factory is None:
-            raise UserError("model: SegmentationModule was built without an optimizer to train")
-        optimizer = self.optimizer_factory(self.net.parameters())
-        return with_scheduler(
-            self, optimizer, self.scheduler_factory, self.scheduler_interval, self.monitor
-        )
+    def trained_parameters(self):
+        return self.net.parameters()
 
 
 def check_shape(shape: tuple, in_channels: int, depth: int) -> None:
