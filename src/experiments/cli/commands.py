@@ -70,7 +70,7 @@ admits the targets of a package of your own."""
 PREDICT_USAGE = f"""\
 usage: python -m experiments.predict [run_dir=]<run folder> input=<image folder | file.csv>
            [ckpt=best|last|<file.pt>] [output=<file.csv>] [image_dir=<folder>]
-           [device=auto|cpu|cuda] [key=value ...]
+           [device=auto|cpu|cuda] [tta=none|flip|flip_translate] [key=value ...]
 
 Runs the checkpoint (default best) on new inputs and writes a CSV to
 <run>/{PREDICTIONS} or output; what it holds is the run's task's output:
@@ -84,6 +84,8 @@ Runs the checkpoint (default best) on new inputs and writes a CSV to
                   file order, in the target's own units
   segmentation    images as for classification: a PNG mask per image (8-bit class indices,
                   at the image's size) under <output stem>_masks/, and file,mask,classes
+tta=flip (a classifier's run): each image's probabilities are the mean softmax of the
+image and its mirror; flip_translate adds the four one-pixel shifts.
 A run of a LightningModule of your own is refused (eval tests it). Other key=value
 arguments override keys of the run's config, e.g. data.batch_size=256.
 The run is rebuilt from a closed set of classes (ours, torchvision's transforms and model
@@ -220,6 +222,13 @@ def _evaluate_options(options: dict) -> dict:
         raise UserError(f"posthoc_tau={tau!r} is not a number (1.0 is Menon et al.'s)") from None
 
 
+def _predict_options(options: dict) -> dict:
+    """predict's tta one of ``TTA``."""
+    if options["tta"] not in TTA:
+        raise UserError(f"tta={options['tta']!r} is not valid; use one of {', '.join(TTA)}")
+    return options
+
+
 def _export_options(options: dict) -> dict:
     """export's format one of ``EXPORTED``, its opset a whole number."""
     if options["format"] not in EXPORTED:
@@ -251,8 +260,9 @@ evaluate = Command(
 )
 predict = Command(
     PREDICT_USAGE,
-    {**RUN, "input": None, "output": "", "image_dir": "", "device": "auto"},
+    {**RUN, "input": None, "output": "", "image_dir": "", "device": "auto", "tta": "none"},
     "experiments.evaluation.prediction",
+    typed=_predict_options,
 )
 calibrate = Command(CALIBRATE_USAGE, RUN, "experiments.evaluation.temperature")
 export = Command(

@@ -16,7 +16,7 @@ from experiments.console import resume_gc
 from experiments.data.datasets import leads_outside
 from experiments.data.tabular import read_features
 from experiments.errors import UserError
-from experiments.evaluation.saved_run import SavedRun
+from experiments.evaluation.saved_run import SavedRun, tta_views
 from experiments.recorded.folder import check_output
 from experiments.runs.files import atomic_write
 from experiments.runs.layout import sidecar_of
@@ -27,6 +27,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 COLUMNS = ("file", "predicted", "probability")
 ROW_COLUMNS = ("row", "predicted")  # regression: one value per data row, in file order
 MASK_COLUMNS = ("file", "mask", "classes")  # segmentation: the PNG written, classes in it
+TTA = ("none", "flip", "flip_translate")  # saved_run.tta_views' modes
 
 
 def predict(
@@ -37,6 +38,7 @@ def predict(
     image_dir: str | Path | None = None,
     device: str = "auto",
     overrides: Sequence[str] = (),
+    tta: str = "none",
 ) -> Path:
     """Predict every input with the run's checkpoint and write a CSV; what it holds depends
     on the run's task (``SavedRun.task``):
@@ -62,6 +64,9 @@ def predict(
         image_dir: folder the CSV's file names are relative to (default: the CSV's folder).
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
         overrides: ``key=value`` changes to the run's config (keys must exist).
+        tta: ``flip`` or ``flip_translate`` (a classifier only): each image's probabilities
+            are the mean softmax over its views (``saved_run.tta_views``), as eval's
+            ``test/tta/*``; ``none`` predicts from the image alone.
 
     Returns:
         The path of the written CSV.
@@ -72,7 +77,14 @@ def predict(
     run_dir = Path(run_dir)
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"device={device!r} is not valid; use auto, cpu or cuda")
+    if tta not in TTA:
+        raise UserError(f"tta={tta!r} is not valid; use one of {', '.join(TTA)}")
     run = SavedRun(run_dir, ckpt, overrides)  # checks everything it will build, builds nothing
+    if tta != "none" and run.task != "classification":
+        if run.task == "own":
+            run.require_classifier("tta")  # names the module and what works for it
+        raise UserError(f"tta={tta} averages an image classifier's views of an image; "
+                        f"{run.path} is a {run.task} run: predict it without tta=")  # fmt: skip
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if run.task == "regression":
@@ -90,9 +102,11 @@ def predict(
     in_shape, class_names = _shape_and_classes(run)
     temperature = run.temperature() or 1.0  # experiments.calibrate's, for this checkpoint
     net = run.net_for(in_shape, len(class_names)).to(device)
+    views = tta_views(tta) or (lambda x: [x])
     rows = []
-    for chunk, logits in _logits(run, net, paths, in_shape, device):  # (B, num_classes)
-        top_p, top_i = torch.softmax(logits / temperature, dim=1).max(dim=1)
+    for chunk, logits in _logits(run, net, paths, in_shape, device, views):  # (V, B, classes)
+        probs = torch.softmax(logits / temperature, dim=-1).mean(0)  # (B, classes)
+        top_p, top_i = probs.max(dim=1)
         for name, p, i in zip(names[chunk], top_p.tolist(), top_i.tolist(), strict=True):
             rows.append((name, class_names[i], f"{p:.6f}"))
 
@@ -172,17 +186,22 @@ def _predict_masks(
     return _write(run, output, MASK_COLUMNS, rows)
 
 
-def _logits(run: SavedRun, net, paths: list[Path], in_shape, device):
+def _logits(run: SavedRun, net, paths: list[Path], in_shape, device, views=None):
     """``(slice of paths, float logits)`` batch by batch: each image read as the run's eval
-    data reads it (``SavedRun.image_reader``), normalized with the run's statistics."""
+    data reads it (``SavedRun.image_reader``), normalized with the run's statistics. With
+    ``views`` (a batch to a list of batches, ``tta_views``) the logits of each view are
+    stacked: ``(V, B, ...)``."""
     read = run.image_reader(in_shape)
     run.input_stats  # noqa: B018  (a missing statistics file: one line before any image is read)
     resume_gc()
     with torch.inference_mode():
         for start in range(0, len(paths), run.batch_size):
             chunk = slice(start, start + run.batch_size)
-            x = run.normalize(torch.stack([read(p) for p in paths[chunk]]))  # (B, C, H, W)
-            yield chunk, net(x.to(device)).float()
+            x = run.normalize(torch.stack([read(p) for p in paths[chunk]])).to(device)  # (B,C,H,W)
+            if views is None:
+                yield chunk, net(x).float()
+            else:
+                yield chunk, torch.stack([net(v).float() for v in views(x)])
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -276,6 +295,7 @@ def command(options: dict, overrides: list[str]) -> None:
         image_dir=options["image_dir"] or None,
         device=options["device"],
         overrides=overrides,
+        tta=options["tta"],
     )
     print(preview(path))
 
