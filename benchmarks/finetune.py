@@ -45,6 +45,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmarks.recipes import train_cli
 from experiments.runs.layout import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,17 +113,12 @@ def train(set_name: str, way: str, seed: int, data_dir: Path, out: Path, extra: 
     if result.is_file():
         return json.loads(result.read_text())
     train_csv, test_csv, images = make_set(set_name, data_dir, out)
-    cmd = [sys.executable, "-m", "experiments.train", *WAYS[way], f"seed={seed}",
-           f"data.csv_file={train_csv}", f"data.image_dir={images}",
-           f"data.test_csv_file={test_csv}", f"hydra.run.dir={run_dir}", "logger=csv",
-           *extra]  # fmt: skip
+    over = [*WAYS[way], f"seed={seed}", f"data.csv_file={train_csv}", f"data.image_dir={images}",
+            f"data.test_csv_file={test_csv}", "logger=csv", *extra]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    start = time.perf_counter()
-    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
-    if res.returncode != 0:
-        raise SystemExit(f"{set_name} {way} seed {seed} failed:\n{res.stderr[-3000:]}")
-    metrics = json.loads(RunDir(run_dir).metrics.read_text())
+    metrics, wall = train_cli(over, run_dir, env)
+    if "error" in metrics:
+        raise SystemExit(f"{set_name} {way} seed {seed} failed: {metrics['error']}")
     with open(RunDir(run_dir).csv_metrics, newline="") as f:
         val_losses = [float(r["val/loss"]) for r in csv.DictReader(f) if r.get("val/loss")]
     row = {

@@ -1,24 +1,20 @@
 """``make bench``: the framework against a hand-written loop and bare Lightning, sections
-step, startup, data and tta (docs/performance.md explains every table). Each runs in blocks,
+step, startup and data (docs/performance.md explains every table). Each runs in blocks,
 every variant once per block in a rotating order, so a noisy machine slows all alike; cells
 are the median (min–max) over blocks, ratios are taken within a block. In-process runs
 compose ``conf/train.yaml`` with the overrides a command line would pass (:func:`compose`).
 
     python -m benchmarks.run --quick --out /tmp/bench     # seconds: checks it end to end
     python -m benchmarks.run --only step,startup --blocks 5     # outputs/bench/results.md
-    python -m benchmarks.run --gpu --only step trainer.precision=bf16-mixed   # gpu.sh
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import logging
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,7 +29,6 @@ from hydra.utils import instantiate
 from torch.utils.data import DataLoader
 
 from benchmarks.baselines import BareModule, StepTimer, bare_trainer, hand_loop, in_memory
-from benchmarks.tta_handloop import recipe_spec
 from experiments.config import CONF_DIR
 from experiments.data import CsvImageDataset, export_digits
 from experiments.data.loaders import StoreLoader
@@ -42,9 +37,7 @@ from experiments.data.store import TensorStore
 from experiments.training.pipeline import train
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("step", "startup", "data", "tta")
-# time to accuracy: the target of experiment=digits, its blocks, epochs watched past it
-TTA = {"target": 0.97, "blocks": 5, "after": 2}
+SECTIONS = ("step", "startup", "data")
 VARIANTS = ("raw loop", "hand loop", "bare Lightning", "default stack")
 TIMER = "+callbacks.bench_timer._target_=benchmarks.baselines.StepTimer"
 DATA = "data.dataset={{_target_:benchmarks.baselines.tensor_sets,_partial_:true,n:{},shape:[{}]}}"
@@ -61,6 +54,8 @@ class Stats(list):
         if not self:
             return "n/a"
         m, lo, hi = (v * scale for v in (self.median, min(self), max(self)))
+        if len(self) == 1:
+            return f"{m:.{digits}f}"
         return f"{m:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
 
 
@@ -75,9 +70,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", help="folder of results.md (default outputs/bench)")
     p.add_argument("--update-docs", action="store_true", help="write benchmarks/results.md")
     p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of {SECTIONS}")
-    p.add_argument("--blocks", type=int, help="repeats (default 3, tta 5)")
+    p.add_argument("--blocks", type=int, help="repeats (default 3; --quick 1)")
     p.add_argument("--threads", type=int, default=1, help="torch/OMP threads of every variant")
-    p.add_argument("--gpu", action="store_true", help="step cases on the GPU, plus ResNet-18")
     p.add_argument("overrides", nargs="*", help="for every step case, e.g. compile=true")
     args = p.parse_args(argv)
     if args.out is None:  # the committed tables change only when asked to
@@ -127,23 +121,22 @@ def blocks(n: int, variants: dict, what: str) -> dict[str, Stats]:
     return out
 
 
+def case(model: str, shape: str, n: int, epochs: int, batch: int, *extra: str) -> list[str]:
+    """The overrides of one step case: ``n`` seeded in-memory samples of ``shape``, the step
+    timer, no test; on the CPU unless ``extra`` says otherwise (later overrides win)."""
+    over = [f"model={model}", DATA.format(n, shape), f"data.batch_size={batch}", TIMER]
+    return [*over, f"trainer.max_epochs={epochs}", "test=false", "trainer.accelerator=cpu", *extra]
+
+
 def step_cases(args) -> dict[str, list[str]]:
-    """Case -> overrides: seeded in-memory data of one shape, the step timer."""
+    """Case -> overrides (``args.overrides`` last, for every case)."""
     cases = {"CNN b64 (compute-bound)": ("cnn", "3,32,32", 750, 3)}  # ~10 steps an epoch
     cases["MLP b64 (overhead-bound)"] = ("mlp", "1,8,8", 8000, 4)  # ~106, digits-sized
     cases["CNN b64, compile=true"] = ("cnn", "3,32,32", 750, 3, "compile=true")
     if args.quick:  # compile: graph capture only, no code generation (seconds, not a minute)
         cases = {k: (m, s, 300, 2, *x) for k, (m, s, _, _, *x) in cases.items()}
         cases["CNN b64, compile=true"] += ("callbacks.compile.backend=eager",)
-    if args.gpu:
-        cases["ResNet-18 b128"] = ("resnet18", "3,32,32", 6000, 3, "data.batch_size=128")
-    device = ["trainer.accelerator=gpu", "data.pin_memory=true"] if args.gpu else []
-    out = {}
-    for name, (model, shape, n, epochs, *extra) in cases.items():
-        out[name] = [f"model={model}", DATA.format(n, shape), "data.batch_size=64", TIMER]
-        out[name] += [f"trainer.max_epochs={epochs}", "test=false", "trainer.accelerator=cpu"]
-        out[name] += [*device, *extra, *args.overrides]
-    return out
+    return {k: case(m, s, n, e, 64, *x, *args.overrides) for k, (m, s, n, e, *x) in cases.items()}
 
 
 def step_time(variant: str, work: Path, tag: str, overrides: list[str]) -> float:
@@ -252,72 +245,6 @@ def bench_data(args, work: Path) -> dict:
     return {"loaders": loaders, "wait": blocks(args.blocks, wait, "data wait")}
 
 
-def watch(cmd: list[str], run_dir: Path, metrics: str, env: dict, stop: dict) -> dict:
-    """Launch ``python <cmd>``, poll ``run_dir/metrics`` every 50 ms and stamp each new
-    validation row with the seconds since launch, until ``stop["after"]`` epochs past the
-    target, the last epoch, the process's end or an hour; then SIGTERM, and an untimed wait.
-    Returns ``{"epochs": [(epoch, val/acc, s)], "hit": (epoch, s) | None, "rc": status}``."""
-    run, log = {"epochs": [], "hit": None}, run_dir.with_suffix(".log")
-    with open(log, "w") as out:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, *cmd], cwd=run_dir.parent, env=env, stdout=out, stderr=out
-        )
-        try:
-            while True:
-                time.sleep(0.05)
-                now, ended = time.perf_counter() - t0, proc.poll() is not None  # then read
-                text = (run_dir / metrics).read_text() if (run_dir / metrics).is_file() else ""
-                rows = csv.DictReader(io.StringIO(text[: text.rfind("\n") + 1]))  # whole rows
-                rows = [
-                    (int(float(r["epoch"])), float(r["val/acc"])) for r in rows if r.get("val/acc")
-                ]
-                for epoch, acc in rows[len(run["epochs"]) :]:
-                    run["epochs"].append((epoch + 1, acc, now))
-                    if acc >= stop["target"] and not run["hit"]:
-                        run["hit"] = (epoch + 1, now)
-                last = run["epochs"][-1][0] if run["epochs"] else 0
-                done = run["hit"] and last >= run["hit"][0] + stop["after"]
-                if ended or done or last >= stop["epochs"] or now > 3600:
-                    break
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # the framework checkpoints and exits
-                try:
-                    proc.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            run["rc"] = proc.wait()
-    if not run["hit"] and run["rc"] not in (0, -signal.SIGTERM):
-        print(log.read_text()[-2000:], flush=True)
-    return run
-
-
-def bench_tta(args, work: Path) -> dict:
-    env, over = child_env(args.threads), ["experiment=digits", f"paths.data_dir={work / 'data'}"]
-    spec = recipe_spec(compose(work, "digits", over))
-    export_digits(spec["data"]["root"])  # both read it: made before anything is timed
-    (work / "spec.json").write_text(json.dumps(spec))
-    stop = {"target": TTA["target"], "after": TTA["after"], "epochs": spec["max_epochs"]}
-
-    def framework(b: int) -> dict:
-        out = work / f"framework-{b}"
-        cmd = ["-m", "experiments.train", *over, "logger=csv", f"hydra.run.dir={out}"]
-        return watch(cmd, out, "csv/metrics.csv", env, stop)
-
-    def hand(b: int) -> dict:
-        out = work / f"hand-{b}"
-        cmd = ["-m", "benchmarks.tta_handloop", f"--spec={work / 'spec.json'}", f"--out={out}"]
-        return watch(cmd, out, "metrics.csv", env, stop)
-
-    # the floor of any Lightning-based run: a process that only imports Lightning (the
-    # collector paused, as the framework runs it)
-    floor = ["-c", "import gc; gc.disable(); import lightning"]
-    variants = {"framework": framework, "hand loop": hand, "floor": lambda b: cli(floor, work, env)}
-    n = 1 if args.quick else args.tta_blocks or TTA["blocks"]
-    return {**stop, **blocks(n, variants, "digits")}
-
-
 def table(head: list[str], rows: list[list]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return ["", *lines, *("| " + " | ".join(map(str, row)) + " |" for row in rows), ""]
@@ -381,34 +308,6 @@ def report(results: dict, args, elapsed: float) -> tuple[list[str], list]:
         )
         what = "data wait ≤ 3% of step time on the default pipeline"
         targets.append((what, measured, wait["default"], 0.03))
-    if "tta" in results:
-        res = results["tta"]
-        pairs = zip(res["framework"], res["hand loop"], strict=True)
-        total = Stats(a["hit"][1] / b["hit"][1] for a, b in pairs if a["hit"] and b["hit"])
-        hand = Stats(r["hit"][1] for r in res["hand loop"] if r["hit"])
-        lines += ["## 4. Time to accuracy (fresh processes, wall seconds)", ""]
-        lines.append(f"### digits: val/acc ≥ {res['target']} (`experiment=digits`, at most "
-                     f"{res['epochs']} epochs, {len(res['floor'])} block(s))")  # fmt: skip
-        rows = []
-        for variant in ("framework", "hand loop"):
-            runs = res[variant]
-            later = Stats(
-                (r["epochs"][-1][2] - r["epochs"][0][2]) / (r["epochs"][-1][0] - 1)
-                for r in runs
-                if len(r["epochs"]) > 1
-            )
-            reached = [str(r["hit"][0]) if r["hit"] else f"no (exit {r['rc']})" for r in runs]
-            to_target = Stats(r["hit"][1] for r in runs if r["hit"])
-            rows.append([variant, to_target.fmt(), ", ".join(reached), later.fmt()])
-        head = ["variant", "time to target s", "epoch reached, per block", "s per later epoch"]
-        lines += table(head, rows)
-        lines.append(f"- framework / hand loop, time to target: **{total.fmt(1, 3)}**")
-        lines.append(
-            f"- floor: a process that only runs `import lightning` takes {res['floor'].fmt()} s, "
-            f"{res['floor'].median / hand.median:.2f}× the hand loop's time to target"
-        )
-        what = f"time to val/acc {res['target']} (digits) ≤ 1.05× the hand loop"
-        targets.append((what, f"{total.fmt(1, 3)}×", total, 1.05))
     rows = [[w, m, "yes" if s.median <= b else "no"] for w, m, s, b in targets]
     lines += ["", "## Targets (why one is missed: docs/performance.md)"]
     return [*lines, *table(["target", "measured", "met"], rows)], targets
@@ -417,13 +316,13 @@ def report(results: dict, args, elapsed: float) -> tuple[list[str], list]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    args.tta_blocks, args.blocks = args.blocks, args.blocks or (1 if args.quick else 3)
+    args.blocks = args.blocks or (1 if args.quick else 3)
     # Lightning and the framework log at INFO; the bench prints its own progress
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     for name in ("lightning", "experiments"):
         logging.getLogger(name).setLevel(logging.WARNING)
     start, results = time.perf_counter(), {}
-    runs = {"step": bench_step, "startup": bench_startup, "data": bench_data, "tta": bench_tta}
+    runs = {"step": bench_step, "startup": bench_startup, "data": bench_data}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         for section in (s for s in SECTIONS if s in args.only):
             print(f"[{section}] ({time.perf_counter() - start:.0f} s)", flush=True)
