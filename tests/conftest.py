@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from experiments.config import CONF_DIR
+from tests.helpers import train_cli
 
 
 @pytest.fixture(scope="session")
@@ -26,23 +27,24 @@ def data_dir(tmp_path_factory) -> Path:
 @pytest.fixture
 def make_cfg(tmp_path, data_dir):
     """Compose ``train.yaml`` with overrides, data and outputs under temp dirs."""
+    paths = [f"paths.data_dir={data_dir}", f"paths.log_dir={tmp_path / 'outputs'}",
+             f"paths.output_dir={tmp_path / 'run'}", "paths.sweep_group=null",
+             "paths.job_name=null"]  # fmt: skip
 
     def _make(*overrides: str, config_name: str = "train") -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(
-                config_name,
-                overrides=[
-                    f"paths.data_dir={data_dir}",
-                    f"paths.log_dir={tmp_path / 'outputs'}",
-                    f"paths.output_dir={tmp_path / 'run'}",
-                    "paths.sweep_group=null",
-                    "paths.job_name=null",
-                    *overrides,
-                ],
-            )
-        return cfg
+            return compose(config_name, overrides=[*paths, *overrides])
 
     return _make
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, data_dir) -> Path:
+    """One finished run (2 epochs of digits, by the train CLI), shared by the eval and predict
+    tests: read it, or tamper with a copy."""
+    run = tmp_path_factory.mktemp("trained") / "outputs/train/runs/2025-01-01_00-00-00"
+    run.parent.mkdir(parents=True)
+    return train_cli(run, data_dir, "trainer.max_epochs=2", "logger=none")
 
 
 # The longest test files start first: with ``--dist loadfile`` a long file started last

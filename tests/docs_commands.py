@@ -1,10 +1,10 @@
-"""Docs are code: every shell command in README.md and docs/*.md, found, then run in a
-sandbox by tests/test_docs_commands_*.py, unless the docs mark it as not run with a reason
-(``<!-- not run: why -->`` before its block, or ``(not run here: why)`` / ``# not run
-here: why`` at the end of its line)."""
+"""Docs are code: every shell command in README.md and docs/*.md, run in a sandbox by
+tests/test_docs_commands_*.py unless marked not run with why (``<!-- not run: why -->`` before
+its block, ``(not run here: why)`` / ``# not run here: why`` at the end of its line)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 from dataclasses import dataclass
@@ -31,37 +31,28 @@ class Command:
 
 
 def commands(doc: Path) -> list[Command]:
-    text = doc.read_text()
     found = []
-    for block in BLOCK.finditer(text):
+    for block in BLOCK.finditer(doc.read_text()):
         if block.group("lang") in ("python", "yaml", "text", "toml"):
             continue
-        raw = block.group("body").replace("\\\n", " ")
-        lines = raw.splitlines()
+        lines = [ln.strip() for ln in block.group("body").replace("\\\n", " ").splitlines()]
         for i, line in enumerate(lines):
-            stripped = line.strip()
-            transcript = stripped.startswith("$ ")
-            stripped = stripped.removeprefix("$ ")
-            if not stripped.startswith(PROGRAMS):
+            command, _, comment = line.removeprefix("$ ").partition(" # ")
+            if not command.startswith(PROGRAMS):
                 continue
-            command, _, comment = stripped.partition(" # ")
             inline = INLINE.search(comment)
-            expected = []
-            if transcript:
-                for out in lines[i + 1 :]:
-                    if out.strip().startswith("$ "):
-                        break
-                    expected.append(out.strip())
+            # a console transcript: the lines up to the next prompt are what it prints
+            shown = itertools.takewhile(lambda out: not out.startswith("$ "), lines[i + 1 :])
             found.append(Command(
                 doc.name, re.sub(r"\s+", " ", command).strip(),
-                block.group("why") or (inline.group(1) if inline else None), expected,
+                block.group("why") or (inline.group(1) if inline else None),
+                list(shown) if line.startswith("$ ") else [],
             ))  # fmt: skip
     return found
 
 
 def _doc_sandbox(tmp_path_factory, data_dir) -> tuple[Path, dict[str, str]]:
-    """A folder with the data and finished runs the docs' commands refer to, and the map from
-    the docs' placeholders to them."""
+    """A folder with the data and runs the docs' commands name; the docs' placeholders -> them."""
     root = tmp_path_factory.mktemp("docs")
     write_image_folder(root / "my", n=24)
     write_image_folder(root, n=24)  # labels.csv + images/ (docs/data.md)
@@ -70,12 +61,10 @@ def _doc_sandbox(tmp_path_factory, data_dir) -> tuple[Path, dict[str, str]]:
     names = sorted(p.name for p in (root / "imgs").iterdir())
     (root / "batch.csv").write_text("\n".join(["filename", *names]) + "\n")
     common = ["debug=limit", f"paths.data_dir={data_dir}", "logger=csv"]
-    res = run_inproc("-m", "experiments.train", *common, f"hydra.run.dir={root / 'therun'}",
-                  cwd=root)  # fmt: skip
-    assert res.returncode == 0, res.stderr[-2000:]
-    res = run_inproc("-m", "experiments.train", "-m", "optimizer.lr=0.05,0.1", *common,
-                  f"hydra.sweep.dir={root / 'thesweep'}", cwd=root)  # fmt: skip
-    assert res.returncode == 0, res.stderr[-2000:]
+    sweep = ["-m", "optimizer.lr=0.05,0.1", f"hydra.sweep.dir={root / 'thesweep'}"]
+    for args in ([f"hydra.run.dir={root / 'therun'}"], sweep):
+        res = run_inproc("-m", "experiments.train", *args, *common, cwd=root)
+        assert res.returncode == 0, res.stderr[-2000:]
     return root, {
         "outputs/train/runs/<time>": str(root / "therun"),
         "outputs/train/runs/<run>": str(root / "therun"),
@@ -85,10 +74,9 @@ def _doc_sandbox(tmp_path_factory, data_dir) -> tuple[Path, dict[str, str]]:
 
 
 def check(command: Command, root: Path, data_dir: Path, places: dict[str, str]) -> None:
-    """Runs one documented command in ``root`` and checks that it succeeds, or for a console
-    transcript that it prints what the docs show. Training commands get a short setting
-    (``debug=fast``, one batch per split, unless they choose a ``debug=``; at most 2 Optuna
-    trials) and the test session's data folder."""
+    """Runs a documented command in ``root``: it succeeds, or a transcript prints what the docs
+    show. Training gets ``debug=fast`` (unless it names a ``debug=``), at most 2 Optuna trials,
+    and the session's data folder."""
     line = command.line
     for placeholder, path in places.items():
         line = line.replace(placeholder, path)
@@ -117,9 +105,8 @@ FIRST = ("README.md", "index.md", "getting-started.md")
 
 
 def _runnable(names: set[str]) -> list[Command]:
-    """The runnable commands of the docs ``names``. A command written the same way in several
-    docs (README and getting started first) runs once, where it is first written; a
-    transcript also shows output, so it counts as the same only with the same output."""
+    """The runnable commands of the docs ``names``; one written the same way in several docs
+    (a transcript: with the same output) runs once, where first written (README first)."""
     seen, mine = set(), []
     for doc in sorted(DOCS, key=lambda d: d.name not in FIRST):
         for command in commands(doc):
@@ -132,8 +119,8 @@ def _runnable(names: set[str]) -> list[Command]:
 
 
 def make_doc_tests(first: bool):
-    """The two tests of one half of the docs (README + getting started, or the guides),
-    split so that pytest-xdist runs the halves side by side."""
+    """The two tests of one half of the docs (README + getting started, or the guides): two
+    files that pytest-xdist runs side by side."""
     mine = [d for d in DOCS if (d.name in FIRST) is first]
     found = [c for doc in mine for c in commands(doc)]
     runnable = _runnable({d.name for d in mine})

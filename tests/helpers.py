@@ -1,7 +1,6 @@
-"""The suite's one helper module: how a test runs a command (in this process, or as a process
-where the process is what is tested), small data on disk and read back (images, an offline W&B
-run's records), and the datasets, nets and callbacks that configs name by ``_target_``
-(importable from a run's own process too)."""
+"""The suite's one helper module (no test file imports from another): running a command (in
+this process, or as a process) and checking its answer, small data and run folders on disk, and
+the datasets, nets and callbacks that configs name by ``_target_`` (importable by a run too)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,11 @@ import gc
 import importlib
 import io
 import itertools
+import json
 import logging
 import os
+import pickle
+import re
 import runpy
 import signal
 import struct
@@ -28,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from lightning.pytorch import Callback
@@ -39,34 +42,25 @@ from experiments.callbacks.profiling import Profiling
 from experiments.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
-# generous: a subprocess test waits for an event (an exit), never for a guessed duration, and
-# the limit only decides how long a hung one is left before it is killed and reported; under
-# `make test-stress` (a CPU hog on every core) a CLI start costs several times its idle time
+# generous: a test waits for an event (an exit), never a guessed duration; the limit only ends
+# a hung one (under `make test-stress`, a CPU hog on every core, a start costs several times more)
 SUBPROCESS_TIMEOUT = 600.0
 
 
 def run_process(
-    cmd: list[str],
-    timeout: float = SUBPROCESS_TIMEOUT,
-    env: dict | None = None,
-    cwd: Path | str | None = None,
-    check: bool = False,
-    input: str | None = None,
-) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd, capture_output=True, text=True)`` for tests: past ``timeout`` the
-    process and everything it started (its own session) are killed, and the test fails with
-    the command and the tail of its output instead of hanging or losing what it printed. The
-    output goes to files, so the wait ends at the process's exit even while processes it
-    started (a sweep's workers) still hold them open."""
+    cmd: list, timeout: float = SUBPROCESS_TIMEOUT, env: dict | None = None,
+    cwd: Path | str | None = None, check: bool = False,
+) -> subprocess.CompletedProcess:  # fmt: skip
+    """``subprocess.run(cmd, capture_output=True, text=True)``; past ``timeout`` its session is
+    killed and the test fails with the output's tail (in files: children may hold them open)."""
     files = [tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") for _ in "oe"]
     with files[0], files[1]:
         proc = subprocess.Popen(
             [str(c) for c in cmd], cwd=cwd, env=env, text=True, start_new_session=True,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=files[0], stderr=files[1],
+            stdin=subprocess.DEVNULL, stdout=files[0], stderr=files[1],
         )  # fmt: skip
         try:
-            proc.communicate(input=input, timeout=timeout)
+            proc.wait(timeout=timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
@@ -90,9 +84,8 @@ def run_process(
 def run_cli(
     *args: str, cwd: Path, timeout: float = SUBPROCESS_TIMEOUT, env_extra: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """``python -m experiments.train ...`` (or another module via args) as a process of its
-    own, for what only a process shows: exit on a signal, DDP/SLURM/Ray launches, start-up, a
-    crash's traceback. ``tests.helpers`` is importable there (``_target_``s of test data)."""
+    """``python -m <module> ...`` as a process, for what only a process shows (signals, launches,
+    start-up); ``tests.helpers`` is importable there (``_target_``s of test data)."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env_extra or {})}
     return run_process([sys.executable, *args], cwd=cwd, env=env, timeout=timeout)
@@ -100,7 +93,6 @@ def run_cli(
 
 @contextlib.contextmanager
 def _restored(cwd: Path, env_extra: dict | None):
-    """Gives a test process back what a command may change in its process."""
     saved = (os.getcwd(), list(sys.argv), list(sys.path), dict(os.environ), gc.isenabled())
     loggers = {n: (lg.level, list(lg.handlers), lg.propagate, lg.disabled) for n, lg in
                [("", logging.root), *logging.root.manager.loggerDict.items()]
@@ -155,11 +147,9 @@ def _restored(cwd: Path, env_extra: dict | None):
 def run_inproc(
     *args: str, cwd: Path, env_extra: dict | None = None, **_: object
 ) -> subprocess.CompletedProcess:
-    """``run_cli`` without a process: ``python -m <module> args`` as a call of the module's
-    ``main`` (or the module run as ``__main__``) in this process (no 5 s of imports), with its
-    exit code, stdout and stderr captured, and the process state it touched restored. Not for
-    signals, launches of other processes, start-up, or environment that a library reads when
-    it is imported; pytest's timeout bounds a hung one (``timeout=`` is accepted and unused)."""
+    """``run_cli`` in this process (no 5 s of imports): the module's ``main`` (or the module as
+    ``__main__``), its exit code and output captured, the process state it touched restored.
+    Not for signals, launches, start-up or import-time environment (``timeout=`` is unused)."""
     assert args[0] == "-m", args
     module, argv = args[1], list(args[2:])
     out, err = (io.TextIOWrapper(io.BytesIO(), "utf-8", write_through=True) for _ in "oe")
@@ -188,12 +178,119 @@ def run_inproc(
 
 def train_cli(run: Path, data_dir: Path, *overrides: str) -> Path:
     """A finished run in ``run``: ``python -m experiments.train`` with ``overrides``."""
-    res = run_inproc(
-        "-m", "experiments.train", *overrides, f"paths.data_dir={data_dir}",
-        f"hydra.run.dir={run}", cwd=run.parent,
-    )  # fmt: skip
+    args = [*overrides, f"paths.data_dir={data_dir}", f"hydra.run.dir={run}"]
+    res = run_inproc("-m", "experiments.train", *args, cwd=run.parent)
     assert res.returncode == 0, res.stderr[-2000:]
     return run
+
+
+def assert_one_line_error(res, *named: str) -> str:
+    """Exit 2 and one line ``error: ...`` naming each of ``named``, no traceback; the line."""
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2, (res.returncode, res.stdout[-1000:], res.stderr[-2000:])
+    assert "Traceback" not in res.stderr + res.stdout
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    for name in named:
+        assert name in lines[0], lines[0]
+    return lines[0]
+
+
+EXACT = ["seed=0", "logger=none", "test=false", "data.num_workers=2", "model.net.dropout=0.3"]
+
+
+def assert_same_training_state(a: Path, b: Path) -> None:
+    """Two checkpoints at the same step with equal weights and optimizer state, bit for bit."""
+    ca, cb = (torch.load(p, weights_only=True) for p in (a, b))
+    assert (ca["epoch"], ca["global_step"]) == (cb["epoch"], cb["global_step"])
+    for part in (lambda c: c["state_dict"], lambda c: c["optimizer_states"][0]["state"]):
+        torch.testing.assert_close(part(ca), part(cb), rtol=0, atol=0)  # keys too; no tolerance
+
+
+def data_position(checkpoint: Path) -> dict:
+    """The train loader's state that Lightning saved in the checkpoint."""
+    loops = torch.load(checkpoint, weights_only=True)["loops"]
+    return loops["fit_loop"]["state_dict"]["combined_loader"][0]
+
+
+def edit_config(run_dir: Path, edit) -> None:
+    path = run_dir / ".hydra" / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    edit(cfg)
+    path.write_text(yaml.safe_dump(cfg))
+
+
+def saved_config(lr: float = 0.01, seed: int = 0, **extra) -> dict:
+    """A small config shaped like a saved one (interpolations unresolved); ``a__b=v`` sets a.b."""
+    cfg = {
+        "task_name": "train", "seed": seed, "tags": [], "resume": None,
+        "optimized_metric": "val/acc",
+        "data": {"root": "${paths.data_dir}/digits", "batch_size": 64,
+                 "stats_file": "${paths.output_dir}/data_stats.json"},
+        "model": {"monitor": "${optimized_metric}", "net": {"channels": [16, 32]}},
+        "optimizer": {"_target_": "torch.optim.SGD", "lr": lr},
+        "trainer": {"max_epochs": 2, "default_root_dir": "${paths.output_dir}"},
+        "callbacks": {"ckpt": {"dirpath": "${paths.output_dir}/checkpoints"}},
+        "logger": {"csv": {"save_dir": "${paths.output_dir}", "name": "csv"}},
+        "paths": {"output_dir": "${hydra:runtime.output_dir}", "data_dir": "/data"},
+    }  # fmt: skip
+    for key, value in extra.items():
+        *parents, last = key.split("__")
+        node = cfg
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return cfg
+
+
+def write_run(path: Path, cfg: dict, metrics: dict, curve: list[float] | None = None) -> Path:
+    """A finished run's files as compare reads them: config, metrics and a val/acc ``curve``."""
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (path / ".hydra" / "overrides.yaml").write_text("[]\n")
+    (path / "metrics.json").write_text(json.dumps({"run_dir": str(path), **metrics}))
+    if curve:
+        (path / "csv").mkdir()
+        with open(path / "csv" / "metrics.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["epoch", "step", "train/loss", "val/acc", "val/loss"])
+            for epoch, acc in enumerate(curve):
+                w.writerow(["", epoch * 10, 0.5, "", ""])
+                w.writerow([epoch, epoch * 10 + 9, "", acc, 1 - acc])
+    return path
+
+
+def table_rows(md: str) -> list[list[str]]:
+    """The cells of compare.md's table's group rows."""
+    rows = [line for line in md.splitlines() if re.match(r"\| g\d", line)]
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in rows]
+
+
+def table_header(md: str) -> list[str]:
+    line = next(ln for ln in md.splitlines() if ln.startswith("| group"))
+    return [c.strip() for c in line.strip("|").split(" | ")]
+
+
+def payload_targets(marker: Path) -> dict[str, dict]:
+    """Config nodes that create ``marker`` when instantiated (write bytes, a shell, ``open``,
+    an unpickling checkpoint load)."""
+    uint8 = {"_target_": "hydra.utils.get_object", "path": "torch.uint8"}
+    data = {"_target_": "torch.tensor", "data": [112, 119, 110], "dtype": uint8}
+    return {
+        "write_file": {"_target_": "torchvision.io.write_file", "filename": str(marker),
+                       "data": data},
+        "shell": {"_target_": "torch.utils.collect_env.run", "command": f"touch {marker}"},
+        "open": {"_target_": "builtins.open", "_args_": [str(marker), "w"]},
+        "unpickle": {"_target_": "lightning.pytorch.LightningModule.load_from_checkpoint",
+                     "checkpoint_path": str(marker.parent / "payload.ckpt"),
+                     "weights_only": False},
+    }  # fmt: skip
+
+
+def no_account_env(tmp_path) -> dict:
+    """An environment with no W&B key, no netrc and no WANDB_MODE: a fresh user's machine."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path / "home"), NETRC=str(tmp_path / "home" / ".netrc"))
+    return env
 
 
 def write_image_folder(
@@ -218,11 +315,38 @@ def write_image_folder(
     return csv_file, image_dir
 
 
+def _idx(path: Path, array: np.ndarray) -> None:
+    header = struct.pack(">I", 0x0800 + array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+def write_mnist(root: Path, folder: str = "MNIST", n_train: int = 60, n_test: int = 20) -> None:
+    """Random MNIST-shaped images in torchvision's on-disk format (nothing downloads)."""
+    raw = root / folder / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        _idx(raw / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28)))
+        _idx(raw / f"{prefix}-labels-idx1-ubyte", np.arange(n) % 10)
+
+
+def write_cifar10(root: Path, per_batch: int = 10) -> None:
+    """Random CIFAR-10 batches in torchvision's on-disk format (pickled dicts)."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
+        batch = {"data": data, "labels": [i % 10 for i in range(per_batch)]}
+        (folder / name).write_bytes(pickle.dumps(batch))
+    names = "airplane automobile bird cat deer dog frog horse ship truck".split()
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": names}))
+
+
 def wandb_records(path: str | Path):
-    """The ``wandb_internal_pb2.Record``s of an offline run's ``run-<id>.wandb`` file (offline
-    mode writes no summary JSON: the run lives only here). The format is LevelDB's log: a
-    7-byte ``:W&B`` header, then 32 KiB blocks of chunks, each behind a 7-byte crc/length/type
-    header; a record is one FULL chunk or a FIRST, MIDDLEs and a LAST."""
+    """The ``Record``s of an offline run's ``run-<id>.wandb`` (where alone an offline run
+    lives): LevelDB's log, a 7-byte ``:W&B`` header, then 32 KiB blocks of chunks, each behind
+    a 7-byte crc/length/type header; a record is one FULL chunk or a FIRST, MIDDLEs and a LAST."""
     from wandb.proto import wandb_internal_pb2 as pb  # lazy: most tests never import wandb
 
     block, full, first, last = 32 * 1024, 1, 2, 4
@@ -246,24 +370,20 @@ def wandb_records(path: str | Path):
 
 
 class VirtualTime:
-    """Seconds of slow work that stand-ins "spent" without spending them, added to the real
-    clock by ``VirtualClockProfiling``: slow by construction, however busy the machine is (a
-    real sleep competes with real load)."""
+    """Seconds that stand-ins "spent" without spending them, added to the real clock by
+    ``VirtualClockProfiling``: slow by construction, however busy the machine is."""
 
     extra = 0.0
 
 
 class VirtualClockProfiling(Profiling):
-    """The profiling callback reading the real clock plus ``VirtualTime``."""
-
     def now(self) -> float:
         return time.perf_counter() + VirtualTime.extra
 
 
 class RandomImages(Dataset):
-    """Seeded random ``(C, H, W)`` tensors with labels. Each read costs ``delay`` seconds of
-    virtual time (slow decoding or remote storage); past ``fail_after`` reads it raises (a job
-    that dies mid-fit), past ``nan_after`` it returns NaN images (corrupt input). With
+    """Seeded random ``(C, H, W)`` tensors with labels. A read costs ``delay`` s of virtual
+    time; past ``fail_after`` reads it raises, past ``nan_after`` it gives NaN images. With
     ``record_dir``, each index read is appended to ``reads-<pid>-<k>.txt`` there (k: the order
     in which recording sets were made; 0 is the first train set): who read what, on disk."""
 
@@ -275,7 +395,7 @@ class RandomImages(Dataset):
     ):  # fmt: skip
         gen = torch.Generator().manual_seed(seed)
         self.x = torch.randn(n, *shape, generator=gen)
-        self.targets = torch.arange(n) % num_classes
+        self.targets = self.labels = torch.arange(n) % num_classes
         self.delay, self.fail_after, self.nan_after = delay, fail_after, nan_after
         self.record_dir, self.instance = record_dir, next(self.made) if record_dir else None
         self.reads = 0
@@ -292,34 +412,29 @@ class RandomImages(Dataset):
             raise RuntimeError(f"disk error reading sample {i}")
         VirtualTime.extra += self.delay
         if 0 <= self.nan_after < self.reads:
-            return torch.full_like(self.x[i], float("nan")), self.targets[i]
-        return self.x[i], self.targets[i]
+            return torch.full_like(self.x[i], float("nan")), self.labels[i]
+        return self.x[i], self.labels[i]
 
 
 def random_sets(
     transform=None, target_transform=None, n: int = 400, shape=(1, 8, 8), num_classes: int = 4,
     delay: float = 0.0, fail_after: int = -1, nan_after: int = -1, record_dir: str | None = None,
 ):  # fmt: skip
-    """Train and test sets of RandomImages (transforms are ignored: these are tensors); the
-    faults (``fail_after``, ``nan_after``) are the train set's."""
+    """Train and test RandomImages (tensors: no transform); the faults are the train set's."""
     return (
         RandomImages(n, shape, num_classes, delay, 0, fail_after, nan_after, record_dir),
         RandomImages(n // 4, shape, num_classes, delay, 1, record_dir=record_dir),
     )
 
 
-class Untargeted(Dataset):
+class Untargeted(RandomImages):
     """Samples and ``.classes`` but no ``.targets``: labels known only by reading samples."""
 
+    classes = ["a", "b", "c", "d"]
+
     def __init__(self, n: int, seed: int) -> None:
-        self.inner = RandomImages(n, (1, 8, 8), 4, 0.0, seed)
-        self.classes = ["a", "b", "c", "d"]
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __getitem__(self, i: int):
-        return self.inner[i]
+        super().__init__(n, (1, 8, 8), 4, 0.0, seed)
+        del self.targets  # its samples still carry their labels
 
 
 def untargeted_sets(transform=None, target_transform=None, n: int = 200):
@@ -327,8 +442,7 @@ def untargeted_sets(transform=None, target_transform=None, n: int = 200):
 
 
 class SlowNet(nn.Module):
-    """A linear classifier whose every forward costs ``seconds`` of virtual time: a step
-    that is slow by construction."""
+    """A linear classifier whose every forward costs ``seconds`` of virtual time."""
 
     def __init__(self, in_shape: Sequence[int], num_classes: int, seconds: float = 0.0) -> None:
         super().__init__()
@@ -350,8 +464,7 @@ class BranchyNet(SlowNet):
 
 
 class Payload:
-    """Pickles to a call that creates ``target``: proof, if the file appears, that loading
-    a checkpoint ran code."""
+    """Pickles to a call that creates ``target``: if the file appears, loading ran code."""
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -362,9 +475,8 @@ class Payload:
 
 class SignalAt(Callback):
     """Sends ``signum`` to this very process after training step ``step``: an interruption at
-    a known point, not a signal sent after a guessed sleep. With ``marker``, in sweep job
-    ``job`` only and the first time only (the marker records it): a sweep stopped at a known
-    point whose re-run, with the very same command, is not stopped again."""
+    a known point, not after a guessed sleep. With ``marker``, in sweep job ``job`` only and
+    the first time only: a sweep whose re-run, with the same command, is not stopped again."""
 
     def __init__(self, step: int, signum: int = 15, marker: str | None = None, job: int = 0):
         self.step, self.signum, self.marker, self.job = step, signum, marker, job
@@ -393,10 +505,9 @@ class GcProbe(Callback):
 
 
 class Rendezvous(Callback):
-    """Orders the trials of a parallel sweep by events, not by how long they take: a run with
-    ``max_epochs == wait_epochs`` starts training only once ``count`` other runs have ended
-    (each leaves a file in ``folder``); it fails after ``timeout`` seconds of waiting, which
-    is what a sweep with a batch barrier would make it do."""
+    """Orders a parallel sweep's trials by events: a run with ``max_epochs == wait_epochs``
+    trains only once ``count`` other runs have ended (each leaves a file in ``folder``); past
+    ``timeout`` s of waiting (what a sweep with a batch barrier would cause) it fails."""
 
     def __init__(self, folder: str, wait_epochs: int, count: int, timeout: float = 300) -> None:
         self.folder = folder
@@ -434,10 +545,8 @@ class FillDiskOnce(Callback):
 
 
 class OomAbove(Callback):
-    """Out of memory for a training batch larger than ``max_batch``: torch's CUDA error, what
-    a GPU does when the batch does not fit, faked on a CPU; or, with ``allocator``, a request
-    of 1 PiB from the CPU allocator, whose real ``can't allocate memory`` RuntimeError is what
-    a too-large batch on a CPU ends in."""
+    """Out of memory for a training batch above ``max_batch``: torch's CUDA error, faked on a
+    CPU; or, with ``allocator``, the CPU allocator's real error for a request of 1 PiB."""
 
     def __init__(self, max_batch: int, allocator: bool = False) -> None:
         self.max_batch, self.allocator = max_batch, allocator
@@ -453,8 +562,8 @@ class OomAbove(Callback):
 
 
 class NanAboveLr(Callback):
-    """Make the training diverge (NaN weights, so a NaN loss) while the learning rate is
-    above ``max_lr``: what too high a learning rate does, made certain."""
+    """NaN weights (so a NaN loss) while the learning rate is above ``max_lr``: what too high
+    a learning rate does, made certain."""
 
     def __init__(self, max_lr: float, at_step: int = 2) -> None:
         self.max_lr, self.at_step = max_lr, at_step
@@ -476,9 +585,8 @@ class RefuseValue(Callback):
 
 
 class Started(Callback):
-    """Marks that training started (``<folder>/started-<pid>``, holding the pid of this
-    process's parent), then makes each step take ``step_s`` seconds: a job that is still
-    training long after the test has seen it start."""
+    """Marks that training started (``<folder>/started-<pid>`` holds the parent's pid), then
+    takes ``step_s`` s a step: a job still training long after the test saw it start."""
 
     def __init__(self, folder: str, step_s: float = 0.5) -> None:
         self.folder, self.step_s = folder, step_s

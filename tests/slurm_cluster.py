@@ -1,8 +1,6 @@
 """A real one-node SLURM cluster, started once per session by ``scripts/slurm-local.sh`` and
-stopped (and checked gone, by PID) at the end: ``from tests.slurm_cluster import
-slurm_cluster``. Where the cluster cannot run (not root, no apt-get, the install refused,
-ports 6817/6818 taken) its tests are skipped with the script's reason; any other failure to
-start fails them with the daemons' logs."""
+stopped (checked gone, by PID) at the end. Where it cannot run (not root, no apt-get, ports
+6817/6818 taken) its tests are skipped with the script's reason; any other failure fails them."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,25 +26,19 @@ FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT
 
 @dataclass
 class SlurmCluster:
-    """A running cluster: its environment and small helpers around the SLURM commands."""
+    """A running cluster: its environment and the SLURM commands run against it."""
 
-    state_dir: Path
     env: dict[str, str]  # SLURM_CONF and PATH (with the sacct stand-in): add to a child's env
     partition: str
-    pids: dict[str, int] = field(default_factory=dict)  # daemon name -> PID
 
     def environ(self, **extra: str) -> dict[str, str]:
         """A child process's environment: ``os.environ``, this cluster's, then ``extra``."""
         return {**os.environ, **self.env, **extra}
 
-    def cmd(
-        self, *args: str, check: bool = True, timeout: float = 30, env: dict | None = None
-    ) -> str:
-        """The stdout of a SLURM command (``sbatch``, ``scontrol``, ...) run against this
-        cluster; ``env`` (default: :meth:`environ`) is also what an ``sbatch``-ed job gets."""
-        res = subprocess.run(
-            args, env=env or self.environ(), capture_output=True, text=True, timeout=timeout
-        )
+    def cmd(self, *args: str, check: bool = True, timeout: float = 30, env: dict | None = None):
+        """A SLURM command's stdout; ``env`` (default :meth:`environ`) is what a job gets."""
+        env = env or self.environ()
+        res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
         if check and res.returncode != 0:
             raise RuntimeError(f"{shlex.join(args)} failed ({res.returncode}): {res.stderr}")
         return res.stdout
@@ -56,20 +48,16 @@ class SlurmCluster:
         return self.cmd("sbatch", "--parsable", *args, env=env).strip().split(";")[0]
 
     def job(self, job_id: str) -> dict[str, str]:
-        """``scontrol show job`` as a dict (JobState, Restarts, ExitCode, StdOut, ...); {} if
-        SLURM does not know the job."""
+        """``scontrol show job`` as a dict (JobState, ExitCode, StdOut...); {} for no such job."""
         out = self.cmd("scontrol", "show", "job", "-o", str(job_id), check=False).strip()
         return parse_scontrol(out.splitlines()[0]) if out else {}
 
     def wait_job(
-        self,
-        job_id: str,
-        timeout: float = 600,
-        done: Callable[[dict[str, str]], bool] | None = None,
-        files: Iterable[Path] = (),
-    ) -> dict[str, str]:
-        """Polls until ``done(job)`` (default: the job is in a final state); past ``timeout``
-        fails the test with the job's record and output ``files``."""
+        self, job_id: str, timeout: float = 600,
+        done: Callable[[dict[str, str]], bool] | None = None, files: Iterable[Path] = (),
+    ) -> dict[str, str]:  # fmt: skip
+        """Polls until ``done(job)`` (default: a final state); past ``timeout`` fails the test
+        with the job's record and output ``files``."""
         done = done or (lambda job: job.get("JobState") in FINAL_STATES)
         deadline = time.monotonic() + timeout
         while True:
@@ -78,27 +66,25 @@ class SlurmCluster:
                 return job
             if time.monotonic() > deadline:
                 pytest.fail(
-                    f"job {job_id} not done after {timeout:.0f}s (state "
-                    f"{job.get('JobState')})\n{self.describe(job_id, files)}"
+                    f"job {job_id} not done in {timeout:.0f}s\n{self.describe(job_id, files)}"
                 )
             time.sleep(0.25)
 
     def describe(self, job_id: str, files: Iterable[Path] = ()) -> str:
         """What to read when a job misbehaved: ``scontrol show job`` and the job's output."""
-        parts = [f"---- scontrol show job {job_id}"]
-        parts.append(self.cmd("scontrol", "show", "job", str(job_id), check=False).strip())
+        shown = self.cmd("scontrol", "show", "job", str(job_id), check=False)
+        parts = [f"---- scontrol show job {job_id}", shown.strip()]
         job = self.job(job_id)
         paths = [Path(p) for p in (job.get("StdOut"), job.get("StdErr")) if p]
         for path in dict.fromkeys([*paths, *map(Path, files)]):  # in order, no repeats
             if path.is_file():
-                text = path.read_text(errors="replace")
-                parts.append(f"---- {path} (last 4000 characters)\n{text[-4000:]}")
+                parts.append(f"---- {path} (tail)\n{path.read_text(errors='replace')[-4000:]}")
         return "\n".join(parts)
 
 
 def parse_scontrol(line: str) -> dict[str, str]:
-    """One ``scontrol show ... -o`` line (``Key=value Key=value ...``) as a dict; a value with
-    spaces (JobName, Command) keeps the words that follow it."""
+    """One ``scontrol show ... -o`` line (``Key=value ...``) as a dict; a value with spaces
+    (JobName, Command) keeps the words that follow it."""
     out: dict[str, str] = {}
     key = None
     for token in line.split():
@@ -128,8 +114,8 @@ def _skip(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory) -> Iterable[SlurmCluster]:
-    """Starts the cluster once per session (installing Slurm with apt if needed), yields it,
-    stops it at the end and checks that none of its daemons is left."""
+    """The session's cluster (Slurm installed with apt if needed), stopped at the end with
+    none of its daemons left."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         _skip("a real SLURM cluster needs root (scripts/slurm-local.sh runs the daemons as root)")
     state_dir = tmp_path_factory.mktemp("slurm")
@@ -146,7 +132,6 @@ def slurm_cluster(tmp_path_factory) -> Iterable[SlurmCluster]:
     if res.returncode != 0:
         pytest.fail(f"scripts/slurm-local.sh up failed ({res.returncode}):\n{res.stderr}")
     print(f"slurm_cluster: up in {time.monotonic() - start:.1f}s", file=sys.stderr)
-
     # `up` prints `export NAME=value` lines; $PATH in them means the current PATH
     cluster_env = {}
     for line in res.stdout.splitlines():
@@ -158,17 +143,14 @@ def slurm_cluster(tmp_path_factory) -> Iterable[SlurmCluster]:
                  "munged": state_dir / "munge" / "munged.pid"}  # fmt: skip
     pids = {name: int(path.read_text()) for name, path in pid_files.items()
             if path.is_file() and path.read_text().strip().isdigit()}  # fmt: skip
-    cluster = SlurmCluster(state_dir, cluster_env, partition, pids)
-    assert {"slurmctld", "slurmd"} <= cluster.pids.keys(), cluster.pids
+    assert {"slurmctld", "slurmd"} <= pids.keys(), pids
     try:
-        yield cluster
+        yield SlurmCluster(cluster_env, partition)
     finally:
         start = time.monotonic()
-        down = subprocess.run(
-            ["bash", str(SCRIPT), "down", str(state_dir)], capture_output=True, text=True,
-            timeout=120,
-        )  # fmt: skip
+        cmd = ["bash", str(SCRIPT), "down", str(state_dir)]
+        down = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         print(f"slurm_cluster: down in {time.monotonic() - start:.1f}s", file=sys.stderr)
-        left = {name: pid for name, pid in cluster.pids.items() if _alive(pid)}
+        left = {name: pid for name, pid in pids.items() if _alive(pid)}
         assert down.returncode == 0, down.stderr
         assert not left, f"daemons still running after down: {left}\n{down.stderr}"

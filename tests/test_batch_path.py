@@ -11,8 +11,15 @@ from experiments.data import store
 from experiments.data.loaders import StoreLoader
 from experiments.data.store import TensorStore, _Flip, _Shift, batch_augmenter
 from experiments.data.transforms import RandomShift
-from tests.helpers import REPO, run_cli, run_inproc
-from tests.test_reliability import _assert_same_training_state, _data_position
+from tests.helpers import (
+    REPO,
+    assert_same_training_state,
+    data_position,
+    run_cli,
+    run_inproc,
+    write_cifar10,
+    write_mnist,
+)
 
 
 def _batches(make_cfg, store: str, split: str):
@@ -109,10 +116,10 @@ def test_sigterm_mid_epoch_resume_is_exact_with_batch_augmentation(tmp_path, dat
         env_extra=env,
     )  # fmt: skip
     assert res.returncode == 143, res.stderr[-2000:]
-    assert _data_position(tmp_path / "B/checkpoints/last.ckpt") == {"epoch": 1, "batches": 10}
+    assert data_position(tmp_path / "B/checkpoints/last.ckpt") == {"epoch": 1, "batches": 10}
     res = run_inproc("-m", "experiments.train", "resume=B", cwd=tmp_path, env_extra=env)
     assert res.returncode == 0, res.stderr[-2000:]
-    _assert_same_training_state(
+    assert_same_training_state(
         tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
     )
 
@@ -135,7 +142,6 @@ def test_torchvision_sets_are_stacked_whole_and_equal_sample_by_sample(tmp_path,
     from torchvision.transforms import v2
 
     from experiments.data import TorchvisionData
-    from tests.test_datasets import write_cifar10, write_mnist
 
     write_cifar10(tmp_path, per_batch=40) if name == "cifar10" else write_mnist(tmp_path)
     transform = v2.Compose(
@@ -161,7 +167,6 @@ def test_a_transform_the_whole_array_cannot_take_falls_back_sample_by_sample(tmp
     from torchvision.transforms import v2
 
     from experiments.data import TorchvisionData
-    from tests.test_datasets import write_mnist
 
     write_mnist(tmp_path)
     # PIL-only first step: the chunked path fails and the split is stacked one by one

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -24,68 +23,15 @@ from experiments.analysis.readings import group_config
 from experiments.analysis.significance import summarize, t_quantile_975
 from experiments.compare import main
 from experiments.errors import UserError
-from tests.helpers import run_inproc, run_process
-
-# ---------------------------------------------------------------- helpers
-
-
-def table_rows(md: str) -> list[list[str]]:
-    """The group rows of compare.md's table, as cells."""
-    return [
-        [c.strip() for c in line.strip("|").split(" | ")]
-        for line in md.splitlines()
-        if re.match(r"\| g\d", line)
-    ]
-
-
-def header(md: str) -> list[str]:
-    line = next(ln for ln in md.splitlines() if ln.startswith("| group"))
-    return [c.strip() for c in line.strip("|").split(" | ")]
-
-
-def config(lr: float = 0.01, seed: int = 0, **extra) -> dict:
-    """A small config shaped like a saved one (unresolved interpolations included)."""
-    cfg = {
-        "task_name": "train",
-        "seed": seed,
-        "tags": [],
-        "resume": None,
-        "optimized_metric": "val/acc",
-        "data": {
-            "root": "${paths.data_dir}/digits",
-            "batch_size": 64,
-            "stats_file": "${paths.output_dir}/data_stats.json",
-        },
-        "model": {"monitor": "${optimized_metric}", "net": {"channels": [16, 32]}},
-        "optimizer": {"_target_": "torch.optim.SGD", "lr": lr},
-        "trainer": {"max_epochs": 2, "default_root_dir": "${paths.output_dir}"},
-        "callbacks": {"ckpt": {"dirpath": "${paths.output_dir}/checkpoints"}},
-        "logger": {"csv": {"save_dir": "${paths.output_dir}", "name": "csv"}},
-        "paths": {"output_dir": "${hydra:runtime.output_dir}", "data_dir": "/data"},
-    }
-    for key, value in extra.items():
-        node = cfg
-        *parents, last = key.split("__")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return cfg
-
-
-def write_run(path: Path, cfg: dict, metrics: dict, curve: list[float] | None = None) -> Path:
-    (path / ".hydra").mkdir(parents=True)
-    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    (path / ".hydra" / "overrides.yaml").write_text("[]\n")
-    (path / "metrics.json").write_text(json.dumps({"run_dir": str(path), **metrics}))
-    if curve:
-        (path / "csv").mkdir()
-        with open(path / "csv" / "metrics.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["epoch", "step", "train/loss", "val/acc", "val/loss"])
-            for epoch, acc in enumerate(curve):
-                w.writerow(["", epoch * 10, 0.5, "", ""])
-                w.writerow([epoch, epoch * 10 + 9, "", acc, 1 - acc])
-    return path
+from tests.helpers import (
+    assert_one_line_error,
+    run_inproc,
+    run_process,
+    saved_config,
+    table_header,
+    table_rows,
+    write_run,
+)
 
 
 def lr_runs(root: Path, accs: dict[float, list[float]]) -> list[Path]:
@@ -94,7 +40,7 @@ def lr_runs(root: Path, accs: dict[float, list[float]]) -> list[Path]:
         for seed, acc in enumerate(values):
             metrics = {"test/acc": acc, "val/acc": acc - 0.01, "seed": seed, "wall_time_s": 1.0}
             run = root / f"lr{lr}-s{seed}"
-            runs.append(write_run(run, config(lr, seed), metrics, curve=[acc - 0.2, acc]))
+            runs.append(write_run(run, saved_config(lr, seed), metrics, curve=[acc - 0.2, acc]))
     return runs
 
 
@@ -102,7 +48,7 @@ def lr_runs(root: Path, accs: dict[float, list[float]]) -> list[Path]:
 
 
 def test_group_config_leaves_out_seed_and_per_run_locations():
-    cfg = config(
+    cfg = saved_config(
         0.05,
         seed=7,
         hydra={"run": {"dir": "x"}},
@@ -132,14 +78,14 @@ def test_runs_group_by_config_not_by_seed_or_folder(tmp_path):
     for lr in (0.1, 0.2):
         for seed in range(3):
             run = tmp_path / "runs" / f"{lr}_{seed}"
-            cfg = config(lr, seed)
+            cfg = saved_config(lr, seed)
             cfg["data"]["stats_file"] = f"{run}/data_stats.json"
             cfg["trainer"]["default_root_dir"] = str(run)
             cfg["model"]["onnx_file"] = f"{run}/model.onnx"
             cfg["task_name"] = f"job{seed}"
             write_run(run, cfg, {"test/acc": lr + seed / 100, "seed": seed})
     # a key only one run has: a group of its own, the key absent for the others
-    odd = config(0.1, 0, trainer__deterministic=True)
+    odd = saved_config(0.1, 0, trainer__deterministic=True)
     write_run(tmp_path / "runs" / "odd", odd, {"test/acc": 0.05})
     result = compare([str(tmp_path / "runs")], metric="test/acc")
     assert [len(g.runs) for g in result.groups] == [3, 3, 1]
@@ -205,7 +151,7 @@ def test_table_marks_best_by_mode_and_single_run_groups(tmp_path, monkeypatch, c
     assert [(r[1], r[2]) for r in rows] == [("0.05", "2"), ("0.01", "3"), ("0.1", "1")]
     assert rows[2][3:6] == ["0.4900 (last)", "—", "last"]  # n=1: a mean, no std, no CI
     assert "g3: one run only" in md
-    assert header(md)[:7] == [  # the runs' optimized metric (val/acc) ranks; test beside it
+    assert table_header(md)[:7] == [  # the runs' optimized metric (val/acc) ranks; test beside it
         "group",
         "optimizer.lr",
         "n",
@@ -214,7 +160,8 @@ def test_table_marks_best_by_mode_and_single_run_groups(tmp_path, monkeypatch, c
         "epoch",
         "test/acc mean ± std",
     ]
-    assert "wall_time_s mean ± std" in header(md) and "test/macro_f1 mean ± std" not in header(md)
+    columns = table_header(md)
+    assert "wall_time_s mean ± std" in columns and "test/macro_f1 mean ± std" not in columns
     with open(tmp_path / "cmp" / "compare.csv") as f:
         table = list(csv.DictReader(f))
     assert [(r["group"], r["verdict"], r["n"], r["seeds"]) for r in table] == [
@@ -234,7 +181,7 @@ def test_table_marks_best_by_mode_and_single_run_groups(tmp_path, monkeypatch, c
 
 
 def test_read_curve_takes_the_val_rows_of_lightnings_csv(tmp_path):
-    run = write_run(tmp_path / "r", config(), {"test/acc": 0.9}, curve=[0.5, 0.7, 0.8])
+    run = write_run(tmp_path / "r", saved_config(), {"test/acc": 0.9}, curve=[0.5, 0.7, 0.8])
     assert read_curve(run) == {0: 0.5, 1: 0.7, 2: 0.8}
     assert read_curve(run, "val/nope") == {}
     assert read_curve(tmp_path / "missing") == {}
@@ -269,7 +216,7 @@ def test_unreadable_runs_are_skipped_and_listed(tmp_path, monkeypatch, capsys):
     runs[3].joinpath("metrics.json").write_text('{"test/acc": NaN}')
     unfinished = root / "unfinished"
     (unfinished / ".hydra").mkdir(parents=True)
-    (unfinished / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config()))
+    (unfinished / ".hydra" / "config.yaml").write_text(yaml.safe_dump(saved_config()))
     failed = root / "failed"
     shutil.copytree(unfinished, failed)
     (failed / "job.json").write_text(json.dumps({"status": "failed", "error": "OSError: disk"}))
@@ -289,15 +236,6 @@ def test_unreadable_runs_are_skipped_and_listed(tmp_path, monkeypatch, capsys):
     assert "all runs share one config" in md
 
 
-def assert_one_line_error(res, *named: str) -> None:
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
-    assert "Traceback" not in res.stderr + res.stdout
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    for name in named:
-        assert name in lines[0]
-
-
 def test_nothing_to_compare_exits_2_in_one_line(tmp_path):
     empty = tmp_path / "empty"
     (empty / "sub").mkdir(parents=True)
@@ -305,7 +243,7 @@ def test_nothing_to_compare_exits_2_in_one_line(tmp_path):
     assert_one_line_error(res, "no runs found under", str(empty))
     assert not (tmp_path / "cmp").exists()
 
-    torn = write_run(tmp_path / "torn" / "0", config(), {"test/acc": 0.9})
+    torn = write_run(tmp_path / "torn" / "0", saved_config(), {"test/acc": 0.9})
     torn.joinpath("metrics.json").write_text('{"test/ac')
     res = run_inproc("-m", "experiments.compare", str(tmp_path / "torn"), cwd=tmp_path)
     assert_one_line_error(
@@ -373,7 +311,7 @@ def test_real_sweep_two_groups_with_numpy_stats(sweep, tmp_path):
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "6 runs in 2 groups" in res.stdout
     assert "groups differ in: `optimizer.lr`." in md
-    assert header(md)[1:3] == ["optimizer.lr", "n"]  # the only differing key
+    assert table_header(md)[1:3] == ["optimizer.lr", "n"]  # the only differing key
     by_lr = sweep_metrics(sweep)
     rows = table_rows(md)
     assert len(rows) == 2 and {r[2] for r in rows} == {"3"}
@@ -381,7 +319,7 @@ def test_real_sweep_two_groups_with_numpy_stats(sweep, tmp_path):
     selected = {lr: np.mean([m["best"]["value"] for m in runs]) for lr, runs in by_lr.items()}
     assert rows[0][1] == str(max(selected, key=selected.get))
     assert rows[0][0] in ("g1 (best)", "g1 (tie)")
-    columns = header(md)
+    columns = table_header(md)
     for row in rows:
         runs = by_lr[float(row[1])]
         for metric in ("val/acc", "test/acc", "wall_time_s"):
@@ -490,7 +428,7 @@ def test_hostile_run_files_are_skipped_one_line_each_and_the_rest_compared(tmp_p
     root = tmp_path / "runs"
     lr_runs(root, {0.01: [0.8, 0.81], 0.05: [0.9, 0.91]})
     marker = tmp_path / "pwned"
-    good = yaml.safe_dump(config())
+    good = yaml.safe_dump(saved_config())
     bad_configs = {
         "bomb": ALIAS_BOMB,
         "tag": good + f'evil: !!python/object/apply:os.system ["touch {marker}"]\n',
@@ -499,7 +437,7 @@ def test_hostile_run_files_are_skipped_one_line_each_and_the_rest_compared(tmp_p
         "latin1": good.encode().decode() + "label: caf\xe9\n",  # written as Latin-1 below
     }
     for name, text in bad_configs.items():
-        run = write_run(root / f"cfg-{name}", config(), {"test/acc": 0.5})
+        run = write_run(root / f"cfg-{name}", saved_config(), {"test/acc": 0.5})
         data = text.encode("latin-1") if name == "latin1" else text.encode()
         (run / ".hydra" / "config.yaml").write_bytes(data)
     bad_metrics = {
@@ -511,7 +449,7 @@ def test_hostile_run_files_are_skipped_one_line_each_and_the_rest_compared(tmp_p
         "list": b"[1, 2]",
     }
     for name, data in bad_metrics.items():
-        run = write_run(root / f"met-{name}", config(), {"test/acc": 0.5})
+        run = write_run(root / f"met-{name}", saved_config(), {"test/acc": 0.5})
         (run / "metrics.json").write_bytes(data)
     unfinished = root / "job-list"
     (unfinished / ".hydra").mkdir(parents=True)
@@ -522,7 +460,7 @@ def test_hostile_run_files_are_skipped_one_line_each_and_the_rest_compared(tmp_p
     error = "Traceback (most recent call last):\n  File x\nValueError: boom"
     (failed / "job.json").write_text(json.dumps({"status": "failed", "error": error}))
     # a dict inside a list with keys of mixed types: compared (it once raised TypeError)
-    write_run(root / "mixed-keys", config(extra=[{1: "a", "b": "c"}]), {"test/acc": 0.7})
+    write_run(root / "mixed-keys", saved_config(extra=[{1: "a", "b": "c"}]), {"test/acc": 0.7})
 
     res = run_inproc("-m", "experiments.compare", str(root), "out=cmp", "metric=test/acc",
                   cwd=tmp_path, timeout=120)  # fmt: skip
@@ -541,7 +479,7 @@ def test_hostile_run_files_are_skipped_one_line_each_and_the_rest_compared(tmp_p
     assert "not a finite number" in why["met-huge"] and "\\x1b" in why["met-control"]
     assert "the job failed (ValueError: boom)" in why["job-multiline"]
     md = (tmp_path / "cmp" / "compare.md").read_text()
-    n = header(md).index("n")
+    n = table_header(md).index("n")
     assert sorted(r[n] for r in table_rows(md)) == ["1", "2", "2"]  # 4 good runs + mixed-keys
     assert f"skipped {len(broken)} runs:" in md
 

@@ -25,8 +25,7 @@ from experiments.analysis.readings import group_config
 from experiments.analysis.significance import summarize
 from experiments.compare import main
 from experiments.tracking.importance import is_replicate
-from tests.helpers import run_inproc
-from tests.test_compare import config, header, table_rows, write_run
+from tests.helpers import run_inproc, saved_config, table_header, table_rows, write_run
 
 
 def runs_of(root: Path, values: dict[float, list[float]], metric: str = "val/acc", **extra):
@@ -34,7 +33,7 @@ def runs_of(root: Path, values: dict[float, list[float]], metric: str = "val/acc
     for lr, vals in values.items():
         for seed, v in enumerate(vals):
             metrics = {metric: v, "test/acc": 0.5, "seed": seed, "epochs": 3}
-            write_run(root / f"lr{lr}-s{seed}", config(lr, seed, **extra), metrics)
+            write_run(root / f"lr{lr}-s{seed}", saved_config(lr, seed, **extra), metrics)
 
 
 def best_json(run: Path, value: float, epoch: int, monitor: str = "val/acc") -> None:
@@ -53,7 +52,7 @@ def test_default_metric_is_the_runs_optimized_validation_metric_at_the_selected_
     # g(lr=0.1) is better on validation at its selected epoch, worse on test and last epoch
     for lr, best, last, test in ((0.1, 0.9, 0.5, 0.7), (0.2, 0.6, 0.8, 0.95)):
         for seed in range(3):
-            cfg = config(lr, seed, optimized_mode="max")
+            cfg = saved_config(lr, seed, optimized_mode="max")
             metrics = {"val/acc": last + seed / 100, "test/acc": test, "seed": seed, "epochs": 4}
             run = write_run(root / f"{lr}-{seed}", cfg, metrics)
             best_json(run, best + seed / 100, epoch=2)
@@ -62,7 +61,7 @@ def test_default_metric_is_the_runs_optimized_validation_metric_at_the_selected_
     assert [g.config["optimizer.lr"] for g in result.groups] == [0.1, 0.2]
     assert result.groups[0].stats["val/acc"].mean == pytest.approx(0.91)
     md = markdown(result)
-    cols = header(md)
+    cols = table_header(md)
     assert cols[cols.index("val/acc 95% CI") + 1] == "epoch"
     rows = table_rows(md)
     assert rows[0][cols.index("epoch")] == "best 2, 2, 2"
@@ -149,11 +148,11 @@ def test_seeds_needed_is_bounded(tmp_path, capsys):
 def test_seeds_and_other_replicate_keys_are_not_part_of_a_groups_identity(tmp_path):
     assert all(is_replicate(k) for k in ("seed", "data.split_seed", "model.seed", "+seed"))
     assert not is_replicate("optimizer.lr")
-    flat = group_config(config(0.1, 3, data__split_seed=7, model__init_seed=1))
+    flat = group_config(saved_config(0.1, 3, data__split_seed=7, model__init_seed=1))
     assert not any(is_replicate(k) for k in flat) and "optimizer.lr" in flat
     root = tmp_path / "runs"
     for i, (seed, split) in enumerate([(0, 1), (1, 2), (2, 3)]):
-        cfg = config(0.1, seed, data__split_seed=split)
+        cfg = saved_config(0.1, seed, data__split_seed=split)
         write_run(root / f"r{i}", cfg, {"val/acc": 0.8 + i / 100, "seed": seed})
     result = compare([str(root)])
     assert [len(g.runs) for g in result.groups] == [3]
@@ -245,7 +244,7 @@ def test_a_null_sweep_names_no_winner(null_sweep, tmp_path):
     assert "groups differ in: `remedies.min_batch_size`" in md
     assert "paired t" in md or "the same mean" in md  # the groups ran the same seeds
     # each value is the run's selected epoch (best.json), not metrics.json's last epoch
-    cols = header(md)
+    cols = table_header(md)
     for row in table_rows(md):
         size = int(row[1])
         runs = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ from torchvision.transforms import v2
 
 from experiments.data import CsvData, CsvImageDataset, OneHot, TorchvisionData, export_digits
 from experiments.errors import UserError
-from tests.helpers import write_image_folder
+from tests.helpers import write_cifar10, write_image_folder, write_mnist
 
 TO_TENSOR = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
 
@@ -120,54 +119,6 @@ def test_digits_export_is_complete_idempotent_and_race_safe(tmp_path):
 
 
 # --- torchvision datasets in their own on-disk formats (nothing downloads) ---------------
-
-
-def _idx(path: Path, array: np.ndarray) -> None:
-    magic = 0x0800 + {1: 1, 3: 3}[array.ndim]
-    with open(path, "wb") as f:
-        f.write(struct.pack(">I", magic))
-        f.write(b"".join(struct.pack(">I", d) for d in array.shape))
-        f.write(array.astype(np.uint8).tobytes())
-
-
-def write_mnist(root: Path, folder: str = "MNIST", n_train: int = 60, n_test: int = 20) -> None:
-    raw = root / folder / "raw"
-    raw.mkdir(parents=True)
-    rng = np.random.default_rng(1)
-    for prefix, n in (("train", n_train), ("t10k", n_test)):
-        _idx(raw / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28)))
-        _idx(raw / f"{prefix}-labels-idx1-ubyte", np.arange(n) % 10)
-
-
-def write_cifar10(root: Path, per_batch: int = 10) -> None:
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(2)
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {
-            "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
-            "labels": [i % 10 for i in range(per_batch)],
-        }
-        with open(folder / name, "wb") as f:
-            pickle.dump(batch, f)
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump(
-            {
-                "label_names": [
-                    "airplane",
-                    "automobile",
-                    "bird",
-                    "cat",
-                    "deer",
-                    "dog",
-                    "frog",
-                    "horse",
-                    "ship",
-                    "truck",
-                ]
-            },
-            f,
-        )
 
 
 @pytest.mark.parametrize(

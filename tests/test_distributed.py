@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
 from experiments.training.pipeline import train
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, assert_same_training_state, run_cli
 
 ENV = {"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.helpers"}
 
@@ -168,8 +168,6 @@ def test_frozen_backbone_stays_exactly_at_its_start_under_ddp(tmp_path, data_dir
 def test_sigterm_to_the_fork_workers_saves_exits_143_and_resumes_bit_exact(tmp_path, data_dir):
     # the signal goes to each worker process itself (SignalAt runs in the workers), as a
     # scheduler's SIGTERM to the process group does: it used to hang the parent forever
-    from tests.test_reliability import _assert_same_training_state
-
     common = ["trainer=ddp_cpu", "seed=0", "trainer.max_epochs=3", "logger=none"]
     common.append(f"paths.data_dir={data_dir}")
     stop = ["+callbacks.signal_at._target_=tests.helpers.SignalAt", "+callbacks.signal_at.step=15"]
@@ -184,7 +182,7 @@ def test_sigterm_to_the_fork_workers_saves_exits_143_and_resumes_bit_exact(tmp_p
     assert res.returncode == 0, res.stderr[-3000:]
     res = run_cli("-m", "experiments.train", *common, "hydra.run.dir=B", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    _assert_same_training_state(
+    assert_same_training_state(
         tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
     )
     a, b = (json.loads((tmp_path / r / "metrics.json").read_text()) for r in "AB")

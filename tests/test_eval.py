@@ -9,45 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from experiments.config import CONF_DIR
 from experiments.errors import UserError
 from experiments.eval import main
 from experiments.evaluation.evaluate import evaluate
 from experiments.runs.layout import RunDir
-from experiments.training.pipeline import train
-from tests.helpers import run_inproc
-
-_RUNS: dict[str, Path] = {}
-
-
-def train_once(tmp_path_factory, data_dir: Path) -> Path:
-    """One run folder per test session (2 epochs of digits), shared by the eval and predict
-    tests, laid out as the train CLI lays it out, ``.hydra/config.yaml`` included."""
-    if "run" in _RUNS:
-        return _RUNS["run"]
-    run = tmp_path_factory.mktemp("trained") / "outputs" / "train" / "runs" / "2025-01-01_00-00-00"
-    overrides = ["trainer.max_epochs=2", "logger=none", f"paths.data_dir={data_dir}"]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        composed = compose("train", overrides=overrides)
-    # what Hydra saves: the composed config, unresolved (paths.output_dir -> ${hydra:...})
-    (run / ".hydra").mkdir(parents=True)
-    OmegaConf.save(composed, run / ".hydra" / "config.yaml")
-    cfg = composed.copy()
-    for key, value in OmegaConf.to_container(composed.paths, resolve=False).items():
-        if "${hydra:" in str(value):  # no Hydra runtime in-process: fill in what it would
-            cfg.paths[key] = str(run) if key == "output_dir" else None
-    train(cfg)
-    _RUNS["run"] = run
-    return run
-
-
-@pytest.fixture(scope="session")
-def trained_run(tmp_path_factory, data_dir) -> Path:
-    return train_once(tmp_path_factory, data_dir)
+from tests.helpers import assert_one_line_error, edit_config, run_inproc
 
 
 @pytest.fixture
@@ -57,21 +24,6 @@ def run_copy(trained_run, tmp_path) -> Path:
     copy = Path(shutil.copytree(trained_run, tmp_path / "run_copy"))
     (copy / "manifest.json").unlink(missing_ok=True)
     return copy
-
-
-def edit_config(run_dir: Path, edit) -> None:
-    path = run_dir / ".hydra" / "config.yaml"
-    cfg = yaml.safe_load(path.read_text())
-    edit(cfg)
-    path.write_text(yaml.safe_dump(cfg))
-
-
-def assert_one_line_error(res, named: str) -> None:
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert res.returncode == 2, res.stderr[-2000:]
-    assert "Traceback" not in res.stderr + res.stdout
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    assert named in lines[0]
 
 
 def test_reproduces_the_runs_test_acc_exactly(trained_run):

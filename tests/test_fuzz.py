@@ -46,8 +46,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from experiments.errors import UserError
-from tests.helpers import train_cli, write_image_folder
-from tests.test_payloads import targets
+from tests.helpers import payload_targets, train_cli, write_image_folder
 
 EXAMPLES = int(os.environ.get("EXPERIMENTS_FUZZ_EXAMPLES", "12"))
 PER_EXAMPLE_S = float(os.environ.get("EXPERIMENTS_FUZZ_TIMEOUT", "30"))
@@ -146,7 +145,7 @@ def hostile_values(marker: Path) -> st.SearchStrategy:
     """Any JSON/YAML-shaped value, with payload nodes and payload strings among its leaves."""
     scalars = st.one_of(
         st.sampled_from(hostile_texts(marker)),
-        st.sampled_from(list(targets(marker).values())),
+        st.sampled_from(list(payload_targets(marker).values())),
         st.text(max_size=20),
         st.integers(min_value=-(2**70), max_value=2**70),
         st.sampled_from([10**400, -(10**400), 2**63, -(2**63) - 1, 0, -1, 10**9]),

@@ -15,8 +15,13 @@ import torch
 import yaml
 from lightning.pytorch import Callback
 
-from tests.helpers import run_inproc, wandb_records, write_image_folder
-from tests.test_tracking import no_account_env
+from tests.helpers import (
+    assert_one_line_error,
+    no_account_env,
+    run_inproc,
+    wandb_records,
+    write_image_folder,
+)
 
 
 class CollapseAtEpoch(Callback):
@@ -177,13 +182,6 @@ def test_optuna_importance_names_its_evaluator_and_leaves_seeds_out(tmp_path, da
     assert "| optimizer.lr |" in summary and "| seed |" not in summary
 
 
-def _one_line_error(res) -> str:
-    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr[-2000:]
-    return lines[0]
-
-
 @pytest.mark.parametrize("plus", ["+", ""])
 def test_a_key_of_another_data_option_is_refused_not_ignored(tmp_path, data_dir, plus):
     # data=digits (the default) would train on the bundled digits and ignore the CSV
@@ -192,7 +190,7 @@ def test_a_key_of_another_data_option_is_refused_not_ignored(tmp_path, data_dir,
         "-m", "experiments.train", f"{plus}data.csv_file={csv_file}", "debug=fast",
         f"paths.data_dir={data_dir}", cwd=tmp_path,
     )  # fmt: skip
-    line = _one_line_error(res)
+    line = assert_one_line_error(res)
     # a CSV of images or a table (data=diabetes takes a CSV too): either way not the digits
     assert "data.csv_file belongs to data=diabetes, data=image_csv, not data=digits" in line
     assert "choose one of data=diabetes, data=image_csv" in line and "+data.csv_file" not in line
@@ -210,7 +208,7 @@ def test_a_key_of_another_data_option_is_refused_not_ignored(tmp_path, data_dir,
 def test_keys_the_chosen_option_ignores_name_their_option(tmp_path, override, owner):
     res = run_inproc("-m", "experiments.train", override, "--cfg", "job", cwd=tmp_path)
     key = override.lstrip("+").split("=")[0]
-    assert f"{key} belongs to {owner}, not " in _one_line_error(res)
+    assert f"{key} belongs to {owner}, not " in assert_one_line_error(res)
 
 
 def test_a_key_the_chosen_option_uses_is_still_added(tmp_path):
@@ -220,7 +218,7 @@ def test_a_key_the_chosen_option_uses_is_still_added(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert "sync_batchnorm: true" in res.stdout
     res = run_inproc("-m", "experiments.train", "trainer.sync_batchnorm=true", cwd=tmp_path)
-    line = _one_line_error(res)
+    line = assert_one_line_error(res)
     assert "trainer=ddp sets it" in line and "+trainer.sync_batchnorm=" in line
 
 

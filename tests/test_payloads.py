@@ -28,7 +28,7 @@ import yaml
 
 from experiments.runs.layout import OLD_WEIGHTS_SUFFIX, RunDir
 from experiments.runs.weights import read_state_dict
-from tests.helpers import Payload, run_inproc, run_process, train_cli
+from tests.helpers import Payload, payload_targets, run_inproc, run_process, train_cli
 
 # the smallest real run that has every file a finished run has (checkpoints, sidecars,
 # data_counts.json, env.json, reproduce.sh): verify and resume train it again, so it is tiny
@@ -38,29 +38,6 @@ TINY = ("trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_
 
 READERS = ("eval", "predict", "calibrate", "export", "compare")  # read the run, train nothing
 RETRAINERS = ("verify", "resume", "reproduce")  # train again from the run
-
-
-def targets(marker: Path) -> dict[str, dict]:
-    """Config nodes that create ``marker`` when instantiated: a function that writes bytes to
-    any path, one that runs a shell command, ``open``, and a checkpoint load that unpickles."""
-    return {
-        "write_file": {
-            "_target_": "torchvision.io.write_file",
-            "filename": str(marker),
-            "data": {
-                "_target_": "torch.tensor",
-                "data": [112, 119, 110],
-                "dtype": {"_target_": "hydra.utils.get_object", "path": "torch.uint8"},
-            },
-        },  # fmt: skip
-        "shell": {"_target_": "torch.utils.collect_env.run", "command": f"touch {marker}"},
-        "open": {"_target_": "builtins.open", "_args_": [str(marker), "w"]},
-        "unpickle": {
-            "_target_": "lightning.pytorch.LightningModule.load_from_checkpoint",
-            "checkpoint_path": str(marker.parent / "payload.ckpt"),
-            "weights_only": False,
-        },
-    }
 
 
 def pickle_payload(marker: Path) -> Path:
@@ -78,7 +55,7 @@ def shell_line(marker: Path) -> str:
 def plant_config(run: Path, marker: Path) -> None:
     path = run / ".hydra" / "config.yaml"
     cfg = yaml.safe_load(path.read_text())
-    t = targets(marker)
+    t = payload_targets(marker)
     cfg["model"]["net"] = t["write_file"]
     cfg["data"]["train_transform"]["transforms"].insert(0, t["shell"])
     cfg["data"]["target_transform"] = t["unpickle"]
@@ -115,7 +92,7 @@ def plant_overrides_tag(run: Path, marker: Path) -> None:
 
 
 def plant_sidecar(run: Path, marker: Path) -> None:
-    t = targets(marker)
+    t = payload_targets(marker)
     for name in ("best.json", "last.json"):
         path = run / "checkpoints" / name
         sidecar = json.loads(path.read_text())
@@ -265,7 +242,7 @@ def test_the_payloads_are_live(tmp_path):
     """Each payload creates its marker when run, so the test above can fail."""
     from hydra.utils import instantiate
 
-    for name, node in targets(tmp_path / "m").items():
+    for name, node in payload_targets(tmp_path / "m").items():
         marker = tmp_path / "m"
         pickle_payload(marker)
         marker.unlink(missing_ok=True)

@@ -15,13 +15,7 @@ from experiments.errors import UserError
 from experiments.evaluation.prediction import predict
 from experiments.predict import main
 from experiments.runs.layout import RunDir
-from tests.helpers import run_inproc
-from tests.test_eval import assert_one_line_error, edit_config, train_once
-
-
-@pytest.fixture(scope="session")
-def trained_run(tmp_path_factory, data_dir) -> Path:
-    return train_once(tmp_path_factory, data_dir)  # the same run as test_eval's
+from tests.helpers import assert_one_line_error, edit_config, run_inproc
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,6 @@ test data makes of it (the dataset's reader, the eval transform, the run's stati
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -13,12 +11,6 @@ from PIL import Image
 from experiments.data.datasets import CsvImageDataset
 from experiments.errors import UserError
 from experiments.evaluation.saved_run import SavedRun
-from tests.test_eval import train_once
-
-
-@pytest.fixture(scope="session")
-def trained_run(tmp_path_factory, data_dir) -> Path:
-    return train_once(tmp_path_factory, data_dir)  # the same run as test_eval's
 
 
 def test_an_image_reads_as_the_runs_test_data_reads_it(trained_run):

@@ -21,28 +21,23 @@ from experiments.runs.checkpoint_io import AtomicCheckpointIO, newest_valid_chec
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
 from experiments.training.pipeline import train
-from tests.helpers import REPO, Payload, run_cli, run_inproc, run_process
+from tests.helpers import (
+    EXACT,
+    REPO,
+    Payload,
+    assert_same_training_state,
+    data_position,
+    run_cli,
+    run_inproc,
+    run_process,
+)
 
 # its runs use targets of tests.helpers, which a resumed run may replay only when trusted
 ENV = {"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.helpers"}
-EXACT = ["seed=0", "logger=none", "test=false", "data.num_workers=2", "model.net.dropout=0.3"]
 
 
 def _load(path: Path) -> dict:
     return torch.load(path, weights_only=True)
-
-
-def _assert_same_training_state(a: Path, b: Path) -> None:
-    ca, cb = _load(a), _load(b)
-    assert (ca["epoch"], ca["global_step"]) == (cb["epoch"], cb["global_step"])
-    assert ca["state_dict"].keys() == cb["state_dict"].keys()
-    for key in ca["state_dict"]:
-        assert torch.equal(ca["state_dict"][key], cb["state_dict"][key]), key
-    sa, sb = ca["optimizer_states"][0]["state"], cb["optimizer_states"][0]["state"]
-    assert sa.keys() == sb.keys()
-    for key in sa:
-        for name in sa[key]:
-            assert torch.equal(sa[key][name], sb[key][name]), (key, name)
 
 
 def _cli(tmp_path, *args, **kw):
@@ -59,7 +54,7 @@ def test_two_epochs_plus_resume_plus_two_equal_four_bit_for_bit(make_cfg, tmp_pa
     run("A", "trainer.max_epochs=4")
     run("B", "trainer.max_epochs=2")
     run("B", "trainer.max_epochs=4", f"resume={tmp_path / 'B'}")
-    _assert_same_training_state(
+    assert_same_training_state(
         tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
     )
 
@@ -81,11 +76,6 @@ def _data(*, signal_at: int | None = None, signum: int = signal.SIGTERM) -> list
     return args
 
 
-def _data_position(checkpoint: Path) -> dict:
-    """The train loader's state that Lightning saved in the checkpoint."""
-    return _load(checkpoint)["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
-
-
 @pytest.mark.slow
 def test_sigterm_mid_epoch_saves_exits_143_and_resumes_exactly(tmp_path, data_dir):
     common = [*EXACT, f"paths.data_dir={data_dir}"]
@@ -94,13 +84,13 @@ def test_sigterm_mid_epoch_saves_exits_143_and_resumes_exactly(tmp_path, data_di
     assert res.returncode == 143, res.stderr[-2000:]
     assert "resume with: python -m experiments.train resume=" in res.stdout + res.stderr
     # saved right after step 30: epoch 1 (17 batches an epoch), 13 of its batches done
-    assert _data_position(tmp_path / "B/checkpoints/last.ckpt") == {"epoch": 1, "batches": 13}
+    assert data_position(tmp_path / "B/checkpoints/last.ckpt") == {"epoch": 1, "batches": 13}
     assert _load(tmp_path / "B/checkpoints/last.ckpt")["global_step"] == 30
     assert not (tmp_path / "B" / "metrics.json").exists()
     res = _cli(tmp_path, "resume=B")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "resuming mid-epoch: epoch 2 after its first 13 batches" in res.stdout + res.stderr
-    _assert_same_training_state(
+    assert_same_training_state(
         tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
     )
 
@@ -111,7 +101,7 @@ def test_sigint_saves_and_exits_130(tmp_path, data_dir):
     args = ["logger=none", f"paths.data_dir={data_dir}", *_data(signal_at=25, signum=2)]
     res = _cli(tmp_path, *args, f"hydra.run.dir={run}")
     assert res.returncode == 130, res.stderr[-2000:]
-    assert _data_position(run / "checkpoints/last.ckpt") == {"epoch": 1, "batches": 8}
+    assert data_position(run / "checkpoints/last.ckpt") == {"epoch": 1, "batches": 8}
     assert not (run / "metrics.json").exists()
 
 

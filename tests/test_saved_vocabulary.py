@@ -17,13 +17,14 @@ from experiments.errors import UserError
 from experiments.evaluation.evaluate import evaluate
 from experiments.evaluation.prediction import predict
 from experiments.runs.layout import RunDir
-from tests.helpers import REPO, Payload, run_inproc, train_cli
-from tests.test_eval import assert_one_line_error, edit_config, train_once
-
-
-@pytest.fixture(scope="session")
-def trained_run(tmp_path_factory, data_dir) -> Path:
-    return train_once(tmp_path_factory, data_dir)  # the same run as test_eval's
+from tests.helpers import (
+    REPO,
+    Payload,
+    assert_one_line_error,
+    edit_config,
+    run_inproc,
+    train_cli,
+)
 
 
 @pytest.fixture

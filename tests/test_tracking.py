@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from experiments.secrets import REDACTED, redact
 from experiments.tracking.wandb import resolve_mode
-from tests.helpers import REPO, run_inproc, wandb_records
-
-
-def no_account_env(tmp_path) -> dict:
-    """An environment with no W&B key, no netrc and no WANDB_MODE: a fresh user's machine."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(HOME=str(tmp_path / "home"), NETRC=str(tmp_path / "home" / ".netrc"))
-    return env
+from tests.helpers import REPO, no_account_env, run_inproc, wandb_records
 
 
 def test_mode_is_offline_without_a_key_and_online_with_one(tmp_path, monkeypatch):

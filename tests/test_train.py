@@ -9,8 +9,7 @@ import torch
 
 from experiments.errors import find_user_error
 from experiments.training.pipeline import train
-from tests.helpers import write_image_folder
-from tests.test_datasets import write_cifar10, write_mnist
+from tests.helpers import write_cifar10, write_image_folder, write_mnist
 
 
 def _data_overrides(name, tmp_path):

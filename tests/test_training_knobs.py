@@ -12,7 +12,7 @@ from experiments.errors import UserError
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
 from experiments.training.pipeline import train
-from tests.test_reliability import EXACT, _assert_same_training_state
+from tests.helpers import EXACT, assert_same_training_state
 
 
 def _ckpt(path):
@@ -31,7 +31,7 @@ def test_ema_weights_are_validated_and_saved_and_resume_stays_bit_exact(make_cfg
     run("B", "trainer.max_epochs=2")
     run("B", "trainer.max_epochs=4", f"resume={tmp_path / 'B'}")
     # the full checkpoints hold the EMA too (state_dict 'ema.*'): equal after resume
-    _assert_same_training_state(
+    assert_same_training_state(
         tmp_path / "A/checkpoints/last.ckpt", tmp_path / "B/checkpoints/last.ckpt"
     )
     state = _ckpt(tmp_path / "A/checkpoints/last.ckpt")["state_dict"]
