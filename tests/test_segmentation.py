@@ -131,3 +131,38 @@ def test_a_module_built_for_other_classes_is_one_line():
     module.trainer = type("T", (), {"datamodule": dm})()  # what setup reads of the trainer
     with pytest.raises(UserError, match=r"model.num_classes=3, but the data has 4 classes"):
         module.setup("fit")
+
+
+def test_a_segmentation_models_pytorch_net_trains_and_evals(tmp_path):
+    pytest.importorskip("segmentation_models_pytorch")  # the [segmentation] extra; dev has it
+    run = tmp_path / "run"
+    res = run_inproc(
+        "-m", "experiments.train", "experiment=shapes", "model=smp_unet", "data.samples=24",
+        "data.image_size=[32,32]", "model.arch=Unet", "model.encoder=resnet18",
+        "model.smp_options={encoder_depth: 3, decoder_channels: [32, 16, 8]}",
+        "trainer.max_epochs=1", f"hydra.run.dir={run}", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    layout = RunDir(run)
+    trained = read_json_object(layout.metrics)
+    assert 0 <= trained["test/miou"] <= 1
+    res = run_inproc("-m", "experiments.eval", str(run), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert read_json_object(layout.eval_metrics)["test/miou"] == pytest.approx(
+        trained["test/miou"], abs=1e-6
+    )
+
+
+def test_a_net_segmentation_models_pytorch_refuses_is_one_line(tmp_path):
+    pytest.importorskip("segmentation_models_pytorch")
+    with pytest.raises(UserError, match=r"model.arch=Nope .*refused it .*Wrong architecture"):
+        SegmentationModule(arch="Nope")
+    with pytest.raises(UserError, match=r"model.encoder=no_such_encoder"):
+        SegmentationModule(arch="Unet", encoder="no_such_encoder")
+    # FPN on a 3-stage encoder upsamples 4x too far: a mask of another size is refused
+    module = SegmentationModule(arch="FPN", smp_options={"encoder_depth": 3})
+    dm = ShapesData(samples=10, image_size=[32, 32])
+    dm.setup()
+    module.trainer = type("T", (), {"datamodule": dm})()
+    with pytest.raises(UserError, match=r"images of 32x32 give masks of 128x128"):
+        module.setup("fit")

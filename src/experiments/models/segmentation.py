@@ -1,21 +1,23 @@
 """Semantic segmentation, a class per pixel, as a LightningModule that owns its net (no
-``model.net``): the framework builds it from ``conf/model/unet.yaml`` and hands it the
-optimizer and scheduler partials. Its only weights are ``net``'s, so the checkpoints hold
-the U-Net alone: what eval, predict and export load."""
+``model.net``): the framework builds it from ``conf/model/unet.yaml`` (our small U-Net) or
+``conf/model/smp_unet.yaml`` (any segmentation-models-pytorch architecture and encoder) and
+hands it the optimizer and scheduler partials. Its only weights are ``net``'s, so the
+checkpoints hold the net alone: what eval, predict and export load."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import lightning as L
 import torch
+from torch import nn
 from torch.nn import functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.segmentation import DiceScore, MeanIoU
 
 from experiments.config.hints import Ge
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line
 from experiments.models.schedules import TaskSteps
 from experiments.models.unet import UNet
 
@@ -34,9 +36,47 @@ def segmentation_metrics(num_classes: int) -> MetricCollection:
     )
 
 
+def build_net(
+    arch: str | None,
+    encoder: str,
+    in_channels: int,
+    num_classes: int,
+    width: int,
+    depth: int,
+    smp_options: dict[str, Any],
+) -> nn.Module:
+    """Our ``UNet`` for ``arch=None``, otherwise segmentation-models-pytorch's ``arch``
+    (``Unet``, ``FPN``, ``DeepLabV3Plus``, ...) on ``encoder``, from random weights (nothing is
+    downloaded: a run's weights come from its own training or checkpoint).
+
+    Raises:
+        UserError: the optional package is missing, or it refuses the architecture, the
+            encoder or an option (its own message, on one line, naming the key).
+    """
+    if arch is None:
+        return UNet(in_channels, num_classes, width, depth)
+    try:
+        import segmentation_models_pytorch as smp  # lazy: optional extra, ~1 s with timm
+    except ImportError:
+        raise UserError(
+            f"model.arch={arch} needs segmentation-models-pytorch: "
+            "pip install 'experiments[segmentation]' (or model=unet, ours)"
+        ) from None
+    try:
+        return smp.create_model(
+            arch, encoder_name=encoder, encoder_weights=None, in_channels=in_channels,
+            classes=num_classes, **smp_options,
+        )  # fmt: skip
+    except (KeyError, ValueError, TypeError, RuntimeError, AssertionError) as e:
+        raise UserError(
+            f"model.arch={arch} model.encoder={encoder} model.smp_options={smp_options}: "
+            f"segmentation-models-pytorch refused it ({one_line(e)}); model=unet is ours"
+        ) from None
+
+
 class SegmentationModule(TaskSteps, L.LightningModule):
-    """A ``UNet`` trained with per-pixel cross-entropy; logs ``<stage>/loss``, and for val
-    and test ``<stage>/miou``, ``/dice`` and ``/pixel_acc``.
+    """A segmentation net (``build_net``) trained with per-pixel cross-entropy; logs
+    ``<stage>/loss``, and for val and test ``<stage>/miou``, ``/dice`` and ``/pixel_acc``.
 
     Args:
         optimizer: a partial taking the parameters (``optimizer=adamw``); None only for a
@@ -49,6 +89,13 @@ class SegmentationModule(TaskSteps, L.LightningModule):
         depth: how many times it halves the resolution (H, W divisible by ``2**depth``).
         scheduler_interval: epoch or step, for schedules that are not whole-run ones.
         monitor: what ``scheduler=plateau`` watches.
+        arch: None for ours (``width``, ``depth``), or a segmentation-models-pytorch
+            architecture name (``Unet``, ``FPN``, ``DeepLabV3Plus``, ...; needs the
+            ``experiments[segmentation]`` extra).
+        encoder: the segmentation-models-pytorch encoder (``resnet18``, ``efficientnet-b0``,
+            ``tu-<timm name>``, ...), from random weights; unused by ours.
+        smp_options: further keyword arguments of that architecture (``encoder_depth``,
+            ``decoder_channels``, ...).
     """
 
     def __init__(
@@ -61,13 +108,18 @@ class SegmentationModule(TaskSteps, L.LightningModule):
         depth: Annotated[int, Ge(1)] = 2,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         monitor: str = "val/miou",
+        arch: str | None = None,
+        encoder: str = "resnet18",
+        smp_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.in_channels, self.num_classes, self.depth = in_channels, num_classes, depth
         self.scheduler_interval, self.monitor = scheduler_interval, monitor
-        self.net = UNet(in_channels, num_classes, width, depth)
+        self.net = build_net(
+            arch, encoder, in_channels, num_classes, width, depth, dict(smp_options or {})
+        )
         metrics = segmentation_metrics(num_classes)
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
@@ -82,7 +134,7 @@ class SegmentationModule(TaskSteps, L.LightningModule):
             )
         shape = getattr(datamodule, "input_shape", None)
         if shape:
-            check_shape(tuple(shape), self.in_channels, self.depth)
+            check_shape(tuple(shape), self.in_channels, self.depth, self.net)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, K, H, W)
         return self.net(x)
@@ -109,20 +161,46 @@ class SegmentationModule(TaskSteps, L.LightningModule):
         return self.net.parameters()
 
 
-def check_shape(shape: tuple, in_channels: int, depth: int) -> None:
-    """Refuse images ``(C, H, W)`` the U-Net cannot take, in one line naming the key.
+def check_shape(shape: tuple, in_channels: int, depth: int, net: nn.Module | None = None) -> None:
+    """Refuse images ``(C, H, W)`` the net cannot take, in one line naming the key.
 
     Raises:
-        UserError: C is not ``in_channels``, or H or W not divisible by ``2**depth``.
+        UserError: C is not ``in_channels``; for our U-Net, H or W not divisible by
+            ``2**depth``; for another net, one image in gives an error or a mask of another
+            size out (segmentation-models-pytorch nets need sides divisible by 32 at their
+            default depth).
     """
     c, h, w = (int(v) for v in shape)
     if c != in_channels:
         raise UserError(
             f"model.in_channels={in_channels}, but the images have {c}: set model.in_channels={c}"
         )
+    if net is not None and not isinstance(net, UNet):
+        _check_output_size(net, c, h, w)
+        return
     step = 2**depth
     if h % step or w % step:
         raise UserError(
             f"images of {h}x{w}: model.depth={depth} needs H and W divisible by {step}; "
             f"set data.image_size or a smaller model.depth"
+        )
+
+
+def _check_output_size(net: nn.Module, c: int, h: int, w: int) -> None:
+    training = net.training
+    net.eval()  # BatchNorm on one image in train mode refuses a 1x1 map; eval mode does not
+    try:
+        with torch.no_grad():
+            out = net(torch.zeros(1, c, h, w, device=next(net.parameters()).device))
+    except (RuntimeError, ValueError) as e:
+        raise UserError(
+            f"images of {h}x{w} do not fit this net ({one_line(e)}): set data.image_size "
+            "(sides divisible by 32 for most segmentation-models-pytorch nets)"
+        ) from None
+    finally:
+        net.train(training)
+    if tuple(out.shape[-2:]) != (h, w):
+        raise UserError(
+            f"images of {h}x{w} give masks of {out.shape[-2]}x{out.shape[-1]}: set "
+            "data.image_size to sides divisible by 32, or model.smp_options.encoder_depth"
         )
