@@ -1,5 +1,4 @@
-"""Fixtures (configs composed over temp dirs, the digits data) and the suite's hooks; the
-helpers live in tests/helpers.py."""
+"""Fixtures (the digits data, configs composed over temp dirs, a trained run) and hooks."""
 
 from __future__ import annotations
 

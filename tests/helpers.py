@@ -396,9 +396,8 @@ class RandomImages(Dataset):
         gen = torch.Generator().manual_seed(seed)
         self.x = torch.randn(n, *shape, generator=gen)
         self.targets = self.labels = torch.arange(n) % num_classes
-        self.delay, self.fail_after, self.nan_after = delay, fail_after, nan_after
+        self.delay, self.fail_after, self.nan_after, self.reads = delay, fail_after, nan_after, 0
         self.record_dir, self.instance = record_dir, next(self.made) if record_dir else None
-        self.reads = 0
 
     def __len__(self) -> int:
         return len(self.x)
