@@ -247,6 +247,7 @@ def bench_data(args, work: Path) -> dict:
 
 def table(head: list[str], rows: list[list]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = [[*row, *[""] * (len(head) - len(row))] for row in rows]  # short rows padded
     return ["", *lines, *("| " + " | ".join(map(str, row)) + " |" for row in rows), ""]
 
 
