@@ -122,7 +122,8 @@ def recipe_row(name: str, args, work: Path, over_budget) -> tuple[list, bool]:
 
 def step_rows(precision: str, compile_: bool, args, work: Path, over_budget) -> list[list]:
     """One setting's step cases: ms per step of each variant, and the pairs' ratios."""
-    device = ["trainer.accelerator=cpu"] if args.dry_run else ["trainer.accelerator=gpu"]
+    gpu = ["trainer.accelerator=gpu", "data.pin_memory=true"]  # pinned: host-to-GPU copies
+    device = ["trainer.accelerator=cpu"] if args.dry_run else gpu
     setting, rows = f"{precision}, {'compiled' if compile_ else 'eager'}", []
     for i, (name, spec) in enumerate((TINY if args.dry_run else CASES).items()):
         if over_budget():
