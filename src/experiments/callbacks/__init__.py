@@ -8,6 +8,7 @@ from experiments.callbacks.time_to_target import TimeToTarget
 from experiments.callbacks.torch_compile import TorchCompile
 from experiments.callbacks.trial_reporter import TrialReporter
 from experiments.callbacks.validation_accuracy import ValidationAccuracy
+from experiments.callbacks.weight_averaging import WeightAveraging
 
 __all__ = [
     "FaultTolerance",
@@ -18,4 +19,5 @@ __all__ = [
     "TorchCompile",
     "TrialReporter",
     "ValidationAccuracy",
+    "WeightAveraging",
 ]

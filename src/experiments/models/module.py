@@ -14,7 +14,6 @@ from experiments.compat.lightning import attached_trainer
 from experiments.config.hints import Ge, Gt, Lt
 from experiments.errors import UserError
 from experiments.models import finetune
-from experiments.models.ema import ema_copy, update_ema
 from experiments.models.losses import check_class_weights, make_loss
 from experiments.models.metrics import (
     ConfusionStats,
@@ -28,6 +27,7 @@ from experiments.models.metrics import (
     summarize,
 )
 from experiments.models.schedules import with_scheduler
+from experiments.models.tta import TTA, tta_views
 from experiments.models.weights_fit import load_fitted
 from experiments.runs.layout import RunDir
 
@@ -49,8 +49,11 @@ class ClassificationModule(L.LightningModule):
         label_smoothing: label smoothing of the loss, in [0, 1).
         ema_decay: keep an exponential moving average of the weights with this decay
             (e.g. 0.999) and validate, test and export it (``RunDir.best_weights``) instead
-            of the raw weights; None turns it off. It is part of the module's state, so full
-            checkpoints carry it and a resume continues it exactly.
+            of the raw weights; None turns it off. It is
+            ``callbacks.weight_averaging.kind=ema`` with this ``decay``: the builder
+            (``training.build.callbacks``) adds that callback; kept for older configs.
+        tta: ``flip`` or ``flip_translate``: the test also reports ``test/tta/<metric>`` on
+            the mean softmax over each image's views (``models.tta.tta_views``).
         channels_last: train in channels-last memory format (faster convolutions with
             mixed precision on recent GPUs).
         monitor: the metric a ``ReduceLROnPlateau`` schedule watches.
@@ -96,6 +99,7 @@ class ClassificationModule(L.LightningModule):
         init_exclude: Sequence[str] = (),
         logit_adjustment_tau: Annotated[float, Ge(0)] = 1.0,
         class_prior: Sequence[float] | None = None,
+        tta: Literal["none", "flip", "flip_translate"] = "none",
     ) -> None:
         super().__init__()
         freeze = [str(prefix) for prefix in freeze]  # `model.freeze=[0]` parses as an int
@@ -121,10 +125,17 @@ class ClassificationModule(L.LightningModule):
         self.net = net
         self.channels_last = channels_last
         self.monitor = monitor
+        if ema_decay is not None and not 0.0 < float(ema_decay) < 1.0:
+            raise UserError(
+                f"model.ema_decay={ema_decay} must be in (0, 1), e.g. 0.999; null turns it off"
+            )
+        if tta not in TTA:
+            raise UserError(f"model.tta={tta!r} is not valid; use one of {', '.join(TTA)}")
         self.ema_decay = None if ema_decay is None else float(ema_decay)
-        self.ema = ema_copy(net, ema_decay)
-        # the weights that are validated, tested and exported (RunDir.best/last_weights)
-        self.export_prefix = "ema." if self.ema is not None else "net."
+        self.tta = str(tta)
+        # the weights that are validated, tested and exported (RunDir.best/last_weights);
+        # an average of them is swapped in by callbacks.WeightAveraging
+        self.export_prefix = "net."
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.scheduler_interval = scheduler_interval
@@ -135,6 +146,7 @@ class ClassificationModule(L.LightningModule):
         self.train_totals = TrainTotals()
         self.val_stats = ConfusionStats(num_classes, self.top_k)
         self.test_stats = ConfusionStats(num_classes, self.top_k)
+        self.test_tta_stats = ConfusionStats(num_classes, self.top_k)
         self.val_loss, self.test_loss = RunningMean(), RunningMean()
         self.per_class_metrics = bool(per_class_metrics) and int(num_classes) <= 100
         self._registered: set[str] = set()  # stages whose epoch loss is handed to self.log
@@ -152,13 +164,11 @@ class ClassificationModule(L.LightningModule):
         wins a tie against one of the whole net (``StateDictCheckpoint``)."""
         return self._backbone_frozen
 
-    @property
-    def eval_net(self) -> nn.Module:
-        """The net that is validated, tested and exported: the EMA of the weights when on."""
-        return self.ema if self.ema is not None else self.net
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.eval_net(x)
+        return self.net(x)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        _legacy_ema(checkpoint)
 
     def initialize_from(self, source: str | Path) -> dict[str, list[str]]:
         """Load a finished run's best weights (``best.safetensors``, an older run's
@@ -176,15 +186,13 @@ class ClassificationModule(L.LightningModule):
         report = load_fitted(
             self.net, path, [self.head or ""], label, strict=False, exclude=self.init_exclude
         )
-        if self.ema is not None:  # the average starts from the loaded weights too
-            self.ema.load_state_dict(self.net.state_dict())
         return report
 
     def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> torch.Tensor:
         x, y = batch  # x: (B, C, H, W); y: (B,) class indices or (B, K) one-hot/soft targets
         if self.channels_last and x.ndim == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        logits = (self.net if stage == "train" else self.eval_net)(x)  # (B, K)
+        logits = self.net(x)  # (B, K)
         loss = self.loss_fn(logits, y)
         labels = y.argmax(dim=1) if y.ndim == 2 else y
         # Per step only device-side updates: a self.log call costs ~1 ms of Python on
@@ -201,6 +209,8 @@ class ClassificationModule(L.LightningModule):
                 log_step(trainer, {"train/loss_step": loss.detach()})
             return loss
         getattr(self, f"{stage}_stats").update(logits.detach(), labels)
+        if stage == "test" and self.tta != "none":
+            self.test_tta_stats.update(self._tta_logits(x), labels)
         getattr(self, f"{stage}_loss").update(loss, x.shape[0])
         if stage not in self._registered:
             # once per epoch: Lightning computes and resets these Metric objects at epoch end
@@ -208,6 +218,23 @@ class ClassificationModule(L.LightningModule):
             self.log(f"{stage}/loss", getattr(self, f"{stage}_loss"), prog_bar=True, **epoch)
         # only the loss: Lightning walks every other returned tensor on every step
         return loss
+
+    def _tta_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The log of the mean softmax over ``x``'s views (``tta_views``): ``(B, K)``."""
+        views = tta_views(self.tta)(x)
+        if self.channels_last and x.ndim == 4:
+            views = [v.contiguous(memory_format=torch.channels_last) for v in views]
+        return torch.stack([self.net(v).float().softmax(1) for v in views]).mean(0).log()
+
+    def _log_tta_stats(self) -> None:
+        """``test/tta/{acc,balanced_acc,macro_f1}``: the names eval's ``tta=`` reports."""
+        stats = self.test_tta_stats
+        if stats.update_count == 0:
+            return
+        values = summarize(*stats.compute(), top_k=self.top_k)
+        stats.reset()
+        for key in ("acc", "balanced_acc", "macro_f1"):
+            self.log(f"test/tta/{key}", values[key])
 
     def _log_epoch_stats(self, stage: str) -> None:
         """Once per epoch: the confusion matrix (summed over ranks) -> every metric."""
@@ -263,6 +290,7 @@ class ClassificationModule(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch_stats("test")
+        self._log_tta_stats()
 
     def training_step(self, batch, batch_idx):
         return self._shared_step(batch, "train")
@@ -272,11 +300,6 @@ class ClassificationModule(L.LightningModule):
 
     def test_step(self, batch, batch_idx):
         return self._shared_step(batch, "test")
-
-    def optimizer_step(self, *args, **kwargs) -> None:
-        super().optimizer_step(*args, **kwargs)
-        if self.ema is not None:
-            update_ema(self.ema, self.net, self.ema_decay, self.global_step)
 
     def configure_optimizers(self):
         frozen_for_good = self.hparams.freeze
@@ -292,3 +315,23 @@ class ClassificationModule(L.LightningModule):
         return with_scheduler(
             self, optimizer, self.scheduler_factory, self.scheduler_interval, self.monitor
         )
+
+
+def _legacy_ema(checkpoint: dict) -> None:
+    """A full checkpoint of a run trained when this module kept its own EMA holds it in
+    ``state_dict`` as ``ema.<net key>``: moved to the state of ``callbacks.WeightAveraging``
+    (state key ``WeightAveraging``, its names ``net.<key>``), which ``model.ema_decay`` now
+    builds, so such a run still resumes, its average continued from the same step."""
+    state = checkpoint.get("state_dict") or {}
+    legacy = {k: state.pop(k) for k in [k for k in state if k.startswith("ema.")]}
+    if not legacy:
+        return
+    checkpoint.setdefault("callbacks", {}).setdefault(
+        "WeightAveraging",
+        {
+            "kind": "ema",
+            "last_step": int(checkpoint.get("global_step", 0)),
+            "average": {"net." + k.removeprefix("ema."): v for k, v in legacy.items()},
+            "window": [],
+        },
+    )

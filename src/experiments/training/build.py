@@ -20,6 +20,7 @@ from lightning.fabric.plugins.environments import (
 from lightning.pytorch.callbacks import LearningRateMonitor
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.callbacks.weight_averaging import WeightAveraging
 from experiments.compat.lightning import signal_safe_workers
 from experiments.errors import UserError
 from experiments.models.losses import class_prior, inverse_frequency
@@ -126,7 +127,7 @@ AUTO_LOSS_TRADE = (
 
 def callbacks(cfg: DictConfig, with_logger: bool) -> list:
     """Every configured callback, except those switched off (``enabled: false``, a key every
-    callback config may have and none is handed).
+    callback config may have and none is handed; a weight averaging of kind ``none``).
 
     A callback switched off is not built at all: Lightning calls every hook of every
     callback on every step. The LR monitor needs a logger, so it is left out without one.
@@ -137,11 +138,29 @@ def callbacks(cfg: DictConfig, with_logger: bool) -> list:
         for c in (cfg.get("callbacks") or {}).values()
         if c and c.get("enabled", True) is not False
     ]
+    built = [c for c in built if not (isinstance(c, WeightAveraging) and c.kind == "none")]
+    built += _ema_of_the_model(cfg, built)
     if not with_logger:
         if any(isinstance(c, LearningRateMonitor) for c in built):
             log.info("no logger configured: leaving out the LR monitor, which needs one")
             built = [c for c in built if not isinstance(c, LearningRateMonitor)]
     return built
+
+
+def _ema_of_the_model(cfg: DictConfig, built: list) -> list:
+    """``model.ema_decay`` (the classifier's older key) is ``callbacks.weight_averaging``
+    with ``kind=ema`` and that decay: one mechanism for every task's averaging."""
+    decay = (cfg.get("model") or {}).get("ema_decay")
+    if decay is None:
+        return []
+    averaging = [c for c in built if isinstance(c, WeightAveraging)]
+    if averaging:
+        raise UserError(
+            f"model.ema_decay={decay} and callbacks.weight_averaging.kind={averaging[0].kind} "
+            f"both average the weights: keep one (model.ema_decay=null, or "
+            f"callbacks.weight_averaging.kind=none)"
+        )
+    return [WeightAveraging(kind="ema", decay=float(decay))]
 
 
 def _without_switch(node: DictConfig):
