@@ -61,12 +61,14 @@ class TimeToTarget(L.Callback):
         if self.first_step is None:
             self.first_step = time.time()
 
-    def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        if self.target is None or trainer.sanity_checking:
+    def on_validation_end(self, trainer, pl_module) -> None:
+        # here, not at on_validation_epoch_end: Lightning updates callback_metrics with this
+        # validation's values only after the epoch-end hooks (there it still holds the last)
+        if self.target is None or trainer.sanity_checking or self.reached is not None:
             return
         metric, op, value = self.target
         got = trainer.callback_metrics.get(metric)
-        if self.reached is None and got is not None and OPS[op](float(got), value):
+        if got is not None and OPS[op](float(got), value):
             now = time.time()
             self.reached = {
                 FROM_LAUNCH: self.earlier["launch"] + now - self.launched,
@@ -78,6 +80,12 @@ class TimeToTarget(L.Callback):
                 "first step", metric, op, value, trainer.current_epoch + 1,
                 self.reached[FROM_LAUNCH], self.reached[FROM_FIRST_STEP],
             )  # fmt: skip
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        # logged here (a hook that may log, after the epoch's validation) so metrics.json and
+        # the loggers get it
+        if self.target is None:
+            return
         for key, number in {**(self.reached or {}), REACHED: float(bool(self.reached))}.items():
             pl_module.log(key, number, on_step=False, on_epoch=True, sync_dist=False)
 
