@@ -161,7 +161,8 @@ class WeightAveraging(L.Callback):
             self._ema_step(step)
             self._last_step = step
         steps = trainer.max_steps
-        if trainer.is_last_batch or (steps is not None and 0 < steps <= step):
+        last = trainer.is_last_batch or batch_idx + 1 >= trainer.num_training_batches
+        if last or (steps is not None and 0 < steps <= step):  # the epoch's (or run's) end
             if self.kind == "last_k":
                 self._epoch_snapshot()
             # from here to the next batch (validation, the epoch's checkpoints, the end of
