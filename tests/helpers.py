@@ -81,6 +81,24 @@ def run_process(
     return res
 
 
+# docs/own_task.md's worked example: a block whose first line names its file (`# mypkg/task.py`)
+GUIDE_FILE = re.compile(r"```(?:python|yaml)\n# ((?:mypkg|conf)/[\w/]+\.\w+)\n(.*?)```", re.S)
+
+
+def guide_project(root: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The guide's package and config folder written under ``root``: its files by path, and
+    the variables its commands set (``mypkg`` and ``tests.helpers`` importable and trusted)."""
+    files = {m[1]: m[2] for m in GUIDE_FILE.finditer((REPO / "docs/own_task.md").read_text())}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return files, {
+        "EXPERIMENTS_CONFIG_PATH": str(root / "conf"),
+        "EXPERIMENTS_TRUSTED_MODULES": "mypkg,tests.helpers",
+        "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]),
+    }
+
+
 def run_cli(
     *args: str, cwd: Path, timeout: float = SUBPROCESS_TIMEOUT, env_extra: dict | None = None
 ) -> subprocess.CompletedProcess:

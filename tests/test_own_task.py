@@ -15,19 +15,12 @@ import torch
 import yaml
 
 from experiments.runs.files import read_json
-from tests.helpers import REPO, run_cli, run_inproc
+from tests.helpers import REPO, guide_project, run_cli, run_inproc
 
 GUIDE = REPO / "docs" / "own_task.md"
-# a code block whose first line names its file: `# mypkg/task.py`, `# conf/model/mine.yaml`
-FILE_BLOCK = re.compile(r"```(?:python|yaml)\n# ((?:mypkg|conf)/[\w/]+\.\w+)\n(.*?)```", re.S)
 SHELL_BLOCK = re.compile(r"```bash\n(.*?)```", re.S)
 TRUST = "EXPERIMENTS_TRUSTED_MODULES"
 CONFIG_PATH = "EXPERIMENTS_CONFIG_PATH"
-
-
-def guide_files() -> dict[str, str]:
-    """The worked example's files, by path, as the guide shows them."""
-    return {m.group(1): m.group(2) for m in FILE_BLOCK.finditer(GUIDE.read_text())}
 
 
 def guide_commands() -> list[list[str]]:
@@ -49,15 +42,12 @@ def one_line_error(res) -> str:
 def folder(tmp_path_factory):
     """The guide's package and config folder in a folder of their own; the variables."""
     root = tmp_path_factory.mktemp("own")
-    files = guide_files()
+    files, env = guide_project(root)
     assert {"mypkg/task.py", "conf/model/mine.yaml", "conf/hparams_search/mine.yaml"} <= set(files)
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
     # the module is about 40 lines, as the guide says
     module = files["mypkg/task.py"].split("class Data")[0].split("class Regressor")[1]
     assert len(module.strip().splitlines()) <= 40
-    return root, {CONFIG_PATH: str(root / "conf"), TRUST: "mypkg,tests.helpers"}
+    return root, {CONFIG_PATH: env[CONFIG_PATH], TRUST: env[TRUST]}
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from experiments.runs.layout import RunDir
-from tests.helpers import REPO, run_cli, run_inproc, run_process
+from tests.helpers import REPO, guide_project, run_cli, run_inproc, run_process
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -163,6 +163,22 @@ def test_a_lost_job_is_recorded_and_run_again_on_ray_started_here(tmp_path, data
     with open(sweep / "summary.csv", newline="") as f:
         rows = {r["job"]: r for r in csv.DictReader(f)}
     assert rows["0"]["remedies"].startswith("lost, ran again (WorkerCrashedError")
+
+
+def test_a_module_of_your_own_sweeps_on_ray_started_here(tmp_path):
+    # docs/own_task.md's package: Ray's workers here inherit PYTHONPATH, as the guide says
+    _, own = guide_project(tmp_path)
+    sweep = tmp_path / "sweep"
+    res = run_cli(
+        "-m", "experiments.train", "-m", "hydra/launcher=ray", "hydra.launcher.num_cpus=2",
+        "experiment=mine", "model.hidden=4,16", "logger=csv", f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path, env_extra={**RAY_ENV, **own},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [j["status"] for j in _jobs(sweep)] == ["ok", "ok"]
+    with open(sweep / "summary.csv", newline="") as f:
+        values = [float(r["val/mae"]) for r in csv.DictReader(f)]
+    assert len(values) == 2 and values == sorted(values)  # its own metric, lowest first
 
 
 def test_a_job_the_launcher_could_not_run_is_failed_not_healed(tmp_path):

@@ -25,7 +25,7 @@ import torch
 
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import read_state_dict
-from tests.helpers import REPO, SUBPROCESS_TIMEOUT, run_process
+from tests.helpers import REPO, SUBPROCESS_TIMEOUT, guide_project, run_process
 from tests.slurm_cluster import FINAL_STATES, SlurmCluster, slurm_cluster  # noqa: F401
 
 # (make test runs pytest-xdist with --dist loadfile: one worker runs this whole file, so the
@@ -236,6 +236,26 @@ def test_failed_slurm_job_is_reported_and_the_other_finishes(
     assert len(job_ids) == 2, list((sweep / ".submitit").iterdir())
     for job_id in job_ids:
         assert slurm_cluster.wait_job(job_id)["JobState"] == "COMPLETED", logs
+
+
+def test_a_module_of_your_own_sweeps_as_slurm_jobs(slurm_cluster, tmp_path):  # noqa: F811
+    # docs/own_task.md's package, importable in the jobs through PYTHONPATH, as it says
+    _, own = guide_project(tmp_path)
+    env = {**_env(slurm_cluster), **own}
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable, "-m", "experiments.train", "-m", "experiment=mine", "model.hidden=4,16",
+        "hydra/launcher=submitit_slurm", f"hydra.launcher.partition={slurm_cluster.partition}",
+        "hydra.launcher.timeout_min=15", "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.mem_gb=1", "logger=csv", f"hydra.sweep.dir={sweep}",
+    ]  # fmt: skip
+    res = _run(cmd, tmp_path, env)
+    assert res.returncode == 0, f"{res.stderr[-3000:]}\n{_submitit_logs(sweep)}"
+    assert len(_array_tasks(sweep)) == 2
+    rows = _summary(sweep)
+    assert [r["status"] for r in rows] == ["ok", "ok"], rows
+    values = [float(r["val/mae"]) for r in rows]
+    assert values == sorted(values), rows  # its own metric, lower ranked first
 
 
 # -- pre-emption ----------------------------------------------------------------------
