@@ -6,6 +6,7 @@ from its code blocks, so the guide cannot drift from what runs."""
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shlex
@@ -201,3 +202,23 @@ def test_verify_trains_it_again_and_matches(project):
     res = run_inproc("-m", "experiments.verify", str(root / "A"), cwd=root, env_extra=env)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     assert "best.safetensors" in res.stdout
+
+
+def test_a_stop_rule_and_the_divergence_remedy_serve_it(folder):
+    # job 0 diverges (lr 1e30: inf weights, a nan loss) and runs again at lr_scale x its lr,
+    # past its one retry it is `diverged`; job 1 reaches the target (lower is better) and
+    # the rule stops job 2 from starting
+    root, env = folder
+    sweep = root / "rules"
+    res = run_inproc(
+        "-m", "experiments.train", "-m", "experiment=mine", "optimizer.lr=1e30,0.05,0.05",
+        "remedies.diverged_retries=1", "sweep.target='val/mae<=5'", "trainer.max_epochs=1",
+        f"hydra.sweep.dir={sweep}", cwd=root, env_extra=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    with open(sweep / "summary.csv", newline="") as f:
+        rows = {r["job"]: r for r in csv.DictReader(f)}
+    assert rows["0"]["status"] == "diverged" and "training loss is" in rows["0"]["error"]
+    assert rows["0"]["remedies"].startswith("optimizer.lr=1e+29 (diverged at lr 1e+30)")
+    assert rows["1"]["status"] == "ok" and float(rows["1"]["val/mae"]) <= 5
+    assert rows["2"]["status"] == "stopped" and "reached by job 1" in rows["2"]["error"]
