@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -13,29 +12,20 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from experiments.analysis.groups import Comparison, Group
-from experiments.analysis.readings import Value, read_curve, show_path
+from experiments.analysis.readings import Value, read_curve, show_path, value_text
+from experiments.analysis.significance import Stats
 from experiments.analysis.verdict import latex
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write
 from experiments.runs.layout import BEST_SIDECAR, CHECKPOINTS
 from experiments.runs.notes import read_tags
+from experiments.tracking.sweep_summary import markdown_table
 from experiments.tracking.sweep_summary import table_cell as cell
 
 CURVE_METRIC = "val/acc"
 
 
 MAX_LEGEND = 12
-
-
-def value_text(value: Any) -> str:
-    """A config value as written on a command line: ``0.01``, ``true``, ``null``, ``[1, 2]``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | dict):
-        return json.dumps(value, default=str)
-    return str(value)
 
 
 def _config_cell(group: Group, key: str) -> str:
@@ -62,6 +52,14 @@ def epochs_text(values: list[Value]) -> str:
         epochs = [str(v.epoch) if v.epoch is not None else "?" for v in values]
         return f"{source} {', '.join(epochs)}"
     return ", ".join(v.label or "-" for v in values)
+
+
+def mean_std(s: Stats) -> str:
+    return cell(s.mean) if s.std is None else f"{cell(s.mean)} ± {cell(s.std)}"
+
+
+def interval(s: Stats) -> str:
+    return "—" if s.ci_low is None else f"[{cell(s.ci_low)}, {cell(s.ci_high)}]"
 
 
 def _where(values: list[Value]) -> str:
@@ -94,23 +92,18 @@ def markdown(comparison: Comparison, runs_section: bool = True) -> str:
     ]
     head = ["group", *c.keys, "n"]
     for m in c.metrics:
-        head.append(f"{m} mean ± std")
-        if m == c.metric:
-            head += [f"{m} 95% CI", "epoch"]
-    lines += ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)]
+        head += [f"{m} mean ± std", *([f"{m} 95% CI", "epoch"] if m == c.metric else [])]
+    rows = []
     for group in c.groups:
         mark = marker(c, group)
-        cells = [f"{group.name} ({mark})" if mark else group.name]
-        cells += [cell(_config_cell(group, k)) for k in c.keys]
-        cells.append(str(len(group.runs)))
+        row = [f"{group.name} ({mark})" if mark else group.name]
+        row += [_config_cell(group, k) for k in c.keys] + [len(group.runs)]
         for m in c.metrics:
-            s = group.stats[m]
-            text = cell(s.mean) if s.std is None else f"{cell(s.mean)} ± {cell(s.std)}"
-            cells.append(text + _where(group.values[m]))
+            row.append(mean_std(group.stats[m]) + _where(group.values[m]))
             if m == c.metric:
-                cells.append("—" if s.ci_low is None else f"[{cell(s.ci_low)}, {cell(s.ci_high)}]")
-                cells.append(cell(epochs_text(group.values[m])) or "—")
-        lines.append("| " + " | ".join(cells) + " |")
+                row += [interval(group.stats[m]), epochs_text(group.values[m]) or "—"]
+        rows.append(row)
+    lines += markdown_table(head, rows)
     lines += ["", _epochs_line(c)]
     if c.verdict is not None:
         lines += ["", c.verdict.text[0].upper() + c.verdict.text[1:] + "."]

@@ -22,15 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.analysis.comparison_report import epochs_text
-from experiments.analysis.groups import Comparison, Group
-from experiments.analysis.readings import Run, Value, identity, read_run, select, show_path
+from experiments.analysis.comparison_report import epochs_text, interval, mean_std
+from experiments.analysis.groups import Comparison, Group, differing_keys
+from experiments.analysis.readings import Run, Value, read_run, select, show_path
 from experiments.analysis.significance import Stats, metric_bounds, summarize
 from experiments.analysis.verdict import Verdict, decide
 from experiments.errors import UserError
 from experiments.recorded.replay import read_overrides
 from experiments.runs.layout import RunDir
-from experiments.tracking.sweep_summary import table_cell as cell
+from experiments.tracking.sweep_summary import markdown_table
 
 # overrides confirm leaves out: the seed it replaces (other replicate keys are kept as run),
 # and an Optuna search, which under -m would search instead of re-running one config
@@ -67,21 +67,15 @@ class Confirmation:
             f"compared run used), each from its first run's saved overrides, into "
             f"`{show_path(self.folder)}`.",
             "",
-            f"| group | n | {c.metric} mean ± std | {c.metric} 95% CI | epoch | rank before "
-            f"| rank on fresh seeds |",
-            "|---|---|---|---|---|---|---|",
         ]
-
-        for rank, fresh in enumerate(self.fresh, 1):
-            s = fresh.stats
-            assert s is not None
-            ci = "—" if s.ci_low is None else f"[{cell(s.ci_low)}, {cell(s.ci_high)}]"
-            std = "" if s.std is None else f" ± {cell(s.std)}"
-            now = self.order.index(fresh.group.name) + 1
-            lines.append(
-                f"| {fresh.group.name} | {s.n} | {cell(s.mean)}{std} | {ci} | "
-                f"{cell(epochs_text(fresh.values))} | {rank} | {now} |"
-            )
+        head = ["group", "n", f"{c.metric} mean ± std", f"{c.metric} 95% CI", "epoch",
+                "rank before", "rank on fresh seeds"]  # fmt: skip
+        rows = [
+            [f.group.name, f.stats.n, mean_std(f.stats), interval(f.stats),  # type: ignore[union-attr]
+             epochs_text(f.values), rank, self.order.index(f.group.name) + 1]
+            for rank, f in enumerate(self.fresh, 1)
+        ]  # fmt: skip
+        lines += markdown_table(head, rows)
         first = self.fresh[0].group.name
         if c.best is not None:
             outcome = (
@@ -187,7 +181,7 @@ def confirm(
                 f"folder: {target}"
             )
         item.stats = summarize([v.value for v in item.values], metric_bounds(comparison.metric))
-        item.differs = _differs(group, item.runs)
+        item.differs = sorted(differing_keys([group.config, *(r.config for r in item.runs)]))
         fresh.append(item)
     sign = 1 if comparison.mode == "max" else -1
     ranked = sorted(fresh, key=lambda f: -sign * f.stats.mean)  # type: ignore[union-attr]
@@ -200,18 +194,3 @@ def confirm(
     )
     order = [f.group.name for f in ranked]
     return Confirmation(folder, seeds, fresh, order, verdict, order[0] == groups[0].name)
-
-
-def _differs(group: Group, runs: list[Run]) -> list[str]:
-    keys = set(group.config)
-    for run in runs:
-        keys |= set(run.config)
-    return sorted(
-        k
-        for k in keys
-        if any(
-            (k in run.config) != (k in group.config)
-            or (k in run.config and identity(run.config[k]) != identity(group.config[k]))
-            for run in runs
-        )
-    )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.readings import (
+    Configs,
     Run,
     Value,
     find_runs,
@@ -101,9 +102,9 @@ def compare(
     ignore = tuple(ignore)
     runs: list[Run] = []
     skipped: list[tuple[Path, str]] = []
-    cache: dict[str, Any] = {}
+    configs = Configs(ignore)
     for path in find_runs(paths):
-        result = read_run(path, None, ignore, cache)
+        result = read_run(path, None, ignore, configs)
         if isinstance(result, Run):
             runs.append(result)
         else:
@@ -148,7 +149,8 @@ def compare(
     groups.sort(key=lambda g: -sign * g.stats[metric].mean)  # stable: equal means keep order
     for i, group in enumerate(groups, 1):
         group.name = f"g{i}"
-    found = Comparison(metric, mode, metrics, groups, _differing_keys(groups), skipped, ignore)
+    keys = differing_keys([g.config for g in groups])
+    found = Comparison(metric, mode, metrics, groups, keys, skipped, ignore)
     found.chosen_by = chosen_by
     if len(groups) > 1:
         found.verdict = decide(
@@ -199,11 +201,8 @@ def _metric_and_mode(runs: list[Run], metric: str | None, mode: str | None) -> t
     return metric, mode, chosen_by + ", mode= given"
 
 
-def _differing_keys(groups: list[Group]) -> list[str]:
+def differing_keys(configs: list[dict[str, Any]]) -> list[str]:
+    """The keys whose values (``identity``) are not the same in all ``configs``, in order."""
     absent = ("absent",)  # unlike any identity()
-    keys = dict.fromkeys(k for g in groups for k in g.config)  # in config order
-    return [
-        k
-        for k in keys
-        if len({identity(g.config[k]) if k in g.config else absent for g in groups}) > 1
-    ]
+    keys = dict.fromkeys(k for c in configs for k in c)
+    return [k for k in keys if len({identity(c[k]) if k in c else absent for c in configs}) > 1]

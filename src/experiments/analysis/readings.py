@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import hashlib
 import io
 import json
 import math
@@ -21,13 +22,16 @@ from experiments.errors import UserError, one_line
 from experiments.recorded.dotted import dotted_leaves
 from experiments.runs.files import parse_yaml, read_json, read_text
 from experiments.runs.layout import (
+    HYDRA,
     METRICS,
+    SAVED_CONFIG,
     RunDir,
     SweepDir,
     read_sidecar,
     run_folders,
     sidecar_epoch,
 )
+from experiments.runs.notes import launch_tags
 from experiments.tracking.importance import is_replicate
 
 IGNORED_SECTIONS = ("seed", "paths", "hydra", "task_name", "tags", "resume")
@@ -118,17 +122,17 @@ def select(run: Run, metric: str) -> Value | str:
     """
     value = run.metrics.get(metric)
     epoch = run.selected_epoch
-    last = run.metrics.get("epochs") if is_number(run.metrics.get("epochs")) else None
+    last = number(run.metrics.get("epochs"))
     last = int(last) if last is not None else None
     if metric.startswith("val/") and epoch is not None:
-        if run.best.get("monitor") == metric and is_number(run.best.get("value")):
+        if run.best.get("monitor") == metric and number(run.best.get("value")) is not None:
             return Value(float(run.best["value"]), "best", epoch)
         at = run.curve(metric).get(epoch - 1)  # Lightning's csv counts epochs from 0
         if at is not None and math.isfinite(at):
             return Value(at, "best", epoch)
     if metric not in run.metrics:
         return f"{METRICS} has no {metric}"
-    if not is_number(value):
+    if number(value) is None:
         return f"{metric} is {_short(value)} in {METRICS}, not a finite number"
     if not metric.startswith(PER_EPOCH):
         return Value(float(value), "", None)
@@ -138,21 +142,39 @@ def select(run: Run, metric: str) -> Value | str:
 
 
 def read_curve(run_dir: Path, column: str = "val/acc") -> dict[int, float]:
-    """``{epoch: value}`` of ``column`` from ``<run>/csv/metrics.csv`` (the last row of an
-    epoch wins; Lightning's 0-based epochs); ``{}`` when the file, the column or a value
-    cannot be read."""
-    curve: dict[int, float] = {}
-    path = RunDir(run_dir).csv_metrics
-    try:  # a file handed to us: size-limited, UTF-8; an epoch of "inf" overflows int()
-        reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    """``{epoch: value}`` of ``column`` (``read_curves``); ``{}`` when there is none."""
+    return read_curves(run_dir, [column]).get(column, {})
+
+
+def read_curves(run_dir: Path, columns: Iterable[str]) -> dict[str, dict[int, float]]:
+    """``{column: {epoch: value}}`` from ``<run>/csv/metrics.csv`` (Lightning's 0-based epochs;
+    an epoch's last row wins; only finite values). A line still being written (no newline
+    yet) is left out, and so is everything from a row that cannot be read; a file, header
+    or column that cannot be read is no curve."""
+    try:  # a file handed to us: size-limited, UTF-8
+        text = read_text(RunDir(run_dir).csv_metrics)
+        reader = csv.reader(io.StringIO(text[: text.rfind("\n") + 1], newline=""))
         header = next(reader)
-        col, ep = header.index(column), header.index("epoch")
-        for row in reader:
-            if len(row) > max(col, ep) and row[col] and row[ep]:
-                curve[int(float(row[ep]))] = float(row[col])
-    except (UserError, ValueError, OverflowError, StopIteration, csv.Error):
+        at = {c: header.index(c) for c in columns if c in header}
+        ep = header.index("epoch")
+    except (UserError, StopIteration, ValueError, csv.Error):
         return {}
-    return curve
+    curves: dict[str, dict[int, float]] = {c: {} for c in at}
+    try:
+        for row in reader:
+            if len(row) != len(header) or not row[ep]:
+                continue
+            epoch = int(float(row[ep]))  # an epoch of "inf" overflows int()
+            for column, i in at.items():
+                try:
+                    value = float(row[i])
+                except ValueError:
+                    continue  # an empty cell: that column was not logged on this row
+                if math.isfinite(value):
+                    curves[column][epoch] = value
+    except (csv.Error, ValueError, OverflowError):
+        pass  # keep what was read before the bad row
+    return {c: points for c, points in curves.items() if points}
 
 
 def group_config(
@@ -260,8 +282,61 @@ def _runs_under(path: Path) -> list[Path]:
     return [folder for folder, _ in run_folders(path)]
 
 
+@dataclass(frozen=True)
+class SavedConfig:
+    """A run's ``.hydra/config.yaml`` as compare and the notebook use it."""
+
+    config: dict[str, Any]  # the grouping config (``group_config``)
+    replicates: dict[str, Any]  # ``replicates``
+    optimized: tuple[str | None, str | None]  # optimized_metric and _mode (None: not a string)
+    tags: list[str]  # given at launch
+    id: str  # a hash of the text less its seed line: one per distinct config
+
+
+class Configs:
+    """Reads runs' saved configs, parsing each distinct text once: the runs of a sweep share
+    a few texts (less their ``seed:`` line), and parsing YAML is most of the time of a large
+    comparison. A text naming the run's own folder is parsed for that run alone."""
+
+    def __init__(self, ignore: Iterable[str] = ()) -> None:
+        self.ignore = tuple(ignore)  # more keys to leave out of the grouping config
+        self._by_text: dict[str, SavedConfig] = {}
+
+    def read(self, run: RunDir, dirs: list[str]) -> tuple[Any, SavedConfig]:
+        """The value of the text's top-level ``seed:`` line (None without one) and the config;
+        ``dirs``: the run's folder as path strings (``group_config``'s ``run_dirs``).
+
+        Raises:
+            UserError: the file cannot be read or holds no mapping (one line).
+            RecursionError: it is nested deeper than flattening goes.
+        """
+        text = read_text(run.saved_config)
+        line = _SEED_LINE.search(text)
+        key = text[: line.start()] + text[line.end() :] if line else text
+        cacheable = not any(d in text for d in dirs)
+        found = self._by_text.get(key) if cacheable else None
+        if found is None:
+            config = parse_yaml(text, str(run.saved_config))
+            if not isinstance(config, dict):
+                raise UserError(f"{HYDRA}/{SAVED_CONFIG} does not hold a mapping of config keys")
+            flat = group_config(config, dirs, self.ignore)
+            for value in flat.values():
+                identity(value)  # a value that cannot be told apart from others: an error
+            optimized = (config.get("optimized_metric"), config.get("optimized_mode"))
+            found = SavedConfig(
+                flat,
+                replicates(config),
+                tuple(v if isinstance(v, str) else None for v in optimized),  # type: ignore[arg-type]
+                launch_tags(config),
+                hashlib.sha1((key if cacheable else text).encode()).hexdigest()[:16],
+            )
+            if cacheable:
+                self._by_text[key] = found
+        return (_scalar(line.group(1)) if line else None), found
+
+
 def read_run(
-    path: Path, metric: str | None = None, ignore: Iterable[str] = (), cache: dict | None = None
+    path: Path, metric: str | None = None, ignore: Iterable[str] = (), cache: Configs | None = None
 ) -> Run | str:
     """The run in ``path``, or the reason it cannot be compared (one line). With ``metric``,
     a run without a finite value of it (``select``) is such a reason too.
@@ -269,18 +344,15 @@ def read_run(
     Its files are data handed to us: they are read through ``experiments.runs.files`` (size
     limit, UTF-8, no YAML alias bombs), and whatever is wrong with one of them (corrupt,
     nested too deeply, the wrong shape) is this run's reason, never an exception that
-    stops the comparison of the others.
-
-    ``cache`` (one dict per ``ignore``) keeps the grouping config of each config text seen,
-    less its ``seed:`` line: the runs of a sweep share a few texts, and parsing YAML is most
-    of the time of a large comparison. A text naming the run's own folder is not cached.
+    stops the comparison of the others. ``cache``: the ``Configs`` (of the same ``ignore``)
+    the runs of one comparison share.
     """
     try:
-        result = _read_run(path, metric, ignore, cache)
+        result = _read_run(path, metric, cache or Configs(ignore))
     except UserError as err:
         result = without_folder(one_line(err), path)
     except RecursionError:  # a config nested deeper than flattening goes
-        result = ".hydra/config.yaml is nested too deeply to compare"
+        result = f"{HYDRA}/{SAVED_CONFIG} is nested too deeply to compare"
     return result if isinstance(result, Run) else printable(result)
 
 
@@ -290,47 +362,30 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _read_run(
-    path: Path, metric: str | None, ignore: Iterable[str], cache: dict | None
-) -> Run | str:
+def _read_run(path: Path, metric: str | None, configs: Configs) -> Run | str:
     run = RunDir(path)
     if not run.metrics.is_file():
-        return _unfinished_reason(path)
+        failure = job_failure(path)
+        if failure.startswith("the job"):
+            return f"no {METRICS}: {failure}"
+        return failure or f"no {METRICS} (unfinished or failed run)"
     metrics = read_json(run.metrics)
     if not isinstance(metrics, dict):
         return f"{METRICS} does not hold a JSON object"
     if metric is not None and metric not in metrics and not metric.startswith("val/"):
         return f"{METRICS} has no {metric}"
     if not run.saved_config.is_file():
-        return "no .hydra/config.yaml"
-    raw = read_text(run.saved_config)
-    seed_line = _SEED_LINE.search(raw)
-    if "seed" not in metrics and seed_line:
-        metrics["seed"] = _scalar(seed_line.group(1))
+        return f"no {HYDRA}/{SAVED_CONFIG}"
     dirs = [str(path), str(path.resolve())]
     if isinstance(metrics.get("run_dir"), str):
         dirs.append(metrics["run_dir"])
     best = read_sidecar(run.best_json) if run.best_json.exists() else {}  # corrupt: a reason
-    key = None
-    if cache is not None and not any(d in raw for d in dirs):
-        key = raw[: seed_line.start()] + raw[seed_line.end() :] if seed_line else raw
-    if key is not None and key in cache:
-        flat, others, optimized = cache[key]
-    else:
-        config = parse_yaml(raw, str(run.saved_config))
-        if not isinstance(config, dict):
-            return ".hydra/config.yaml does not hold a mapping of config keys"
-        flat = group_config(config, dirs, ignore)
-        for value in flat.values():
-            identity(value)  # a value that cannot be told apart from others: this run's reason
-        others = {k: v for k, v in replicates(config).items() if k != "seed"}
-        optimized = tuple(
-            v if isinstance(v, str) else None
-            for v in (config.get("optimized_metric"), config.get("optimized_mode"))
-        )
-        if key is not None:
-            cache[key] = flat, others, optimized
-    found = Run(path, metrics, flat, {"seed": metrics.get("seed"), **others}, optimized, best)
+    seed, saved = configs.read(run, dirs)
+    if "seed" not in metrics and seed is not None:
+        metrics["seed"] = seed
+    others = {k: v for k, v in saved.replicates.items() if k != "seed"}
+    found = Run(path, metrics, saved.config, {"seed": metrics.get("seed"), **others},
+                saved.optimized, best)  # fmt: skip
     if metric is not None:
         value = select(found, metric)
         if isinstance(value, str):
@@ -354,6 +409,7 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def _scalar(text: str) -> Any:
+    """The value of a ``seed:`` line: a YAML scalar, else the text."""
     try:
         value = parse_yaml(text, "seed")
     except UserError:
@@ -361,21 +417,36 @@ def _scalar(text: str) -> Any:
     return value if value is None or isinstance(value, str | int | float) else text.strip()
 
 
-def _unfinished_reason(path: Path) -> str:
-    try:  # a sweep job that failed says why in job.json (see tracking.sweep_summary)
+def job_failure(path: Path) -> str:
+    """Why a run has no metrics.json when its sweep recorded the job as failed or interrupted
+    (``the job failed (<the error's last line>)``) or its job.json is corrupt; else ''."""
+    try:
         job = read_json(SweepDir.job_file(path), None)
     except UserError as err:
         return f"no {METRICS}, and {without_folder(one_line(err), path)}"
-    if isinstance(job, dict) and job.get("status") == "failed":
+    if isinstance(job, dict) and job.get("status") in ("failed", "interrupted"):
         error = job.get("error")
         # a traceback recorded whole: its last line is the exception
         why = one_line(Exception(error), last=True) if isinstance(error, str) else None
-        return f"no {METRICS}: the job failed ({why or 'no error recorded'})"
-    return f"no {METRICS} (unfinished or failed run)"
+        return f"the job {job['status']} ({why or 'no error recorded'})"
+    return ""
 
 
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def number(value: Any) -> float | None:
+    """A value from a file as a finite number, else None (a bool is no number)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) else None
+
+
+def value_text(value: Any) -> str:
+    """A config value as written on a command line: ``0.01``, ``true``, ``null``, ``[1, 2]``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value, default=str)
+    return str(value)
 
 
 def skipped_line(skipped: list[tuple[Path, str]]) -> str:

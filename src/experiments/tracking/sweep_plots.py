@@ -1,4 +1,4 @@
-"""The sweep summary's importance section and its static plots.
+"""The sweep summary's static plots.
 
 ``parallel.png`` draws every finished job as a line across the swept keys and the metric;
 ``contour.png`` the metric over the two most important keys (a filled contour when their
@@ -18,52 +18,22 @@ from matplotlib.figure import Figure
 
 from experiments.runs.files import atomic_write
 from experiments.runs.layout import SweepDir
-from experiments.tracking.importance import evaluator_label, is_replicate, spread, swept
+from experiments.tracking.importance import swept
 
 
-def section(
-    sweep_dir: Path,
-    rows: list[dict],
-    metric: str,
-    optuna_importance: dict | None,
-    evaluator: str | None = None,
-) -> str:
-    """The summary's importance table; draws ``parallel.png`` and ``contour.png`` next to it
-    from every finished job, and removes either one that does not apply (any more).
-
-    Args:
-        sweep_dir: the sweep's folder.
-        rows: the summary's rows (failed and pruned jobs are left out here).
-        metric: the optimized metric.
-        optuna_importance: ``{param: importance}`` an Optuna search recorded, else None
-            (a grid: each key's spread).
-        evaluator: the class name of the Optuna evaluator that computed it.
-    """
-    done, keys = swept(rows, metric)
+def draw(sweep_dir: Path, done: list[dict], keys: list[str], metric: str, top: list[str]) -> str:
+    """Draw ``parallel.png`` from the finished jobs ``done`` across the swept ``keys``, and
+    ``contour.png`` over ``top`` (the two most important keys) when there are two; remove
+    either one that was not drawn now (it showed an earlier state of the sweep, or nothing
+    applies: ``done`` empty). Returns the files drawn, as ``` `a.png`, `b.png` ```."""
     sweep = SweepDir(sweep_dir)
-    plotted: list[str] = []
-    lines: list[str] = []
-    if len(done) >= 2 and keys:
-        if optuna_importance:
-            importance = {k: float(v) for k, v in optuna_importance.items() if not is_replicate(k)}
-            how = evaluator_label(evaluator)
-        else:
-            importance = spread(done, keys, metric)
-            how = f"spread: the best minus the worst mean {metric} over each key's values"
-        how += "; seeds are replicates, not parameters, and are left out"
-        lines = ["", "## Parameter importance", "", how + ".", "", "| key | importance |",
-                 "|---|---|"]  # fmt: skip
-        lines += [f"| {k} | {v:.4f} |" for k, v in importance.items()]
-        top = [k for k in importance if k in keys][:2] or keys[:2]
-        plotted.append(_parallel(done, keys, metric, sweep.parallel_png))
-        if len(top) == 2:
-            plotted.append(_contour(done, top, metric, sweep.contour_png))
-        lines += ["", f"Plots, from the {len(done)} finished jobs: "
-                  + ", ".join(f"`{p}`" for p in plotted) + "."]  # fmt: skip
+    plotted = [_parallel(done, keys, metric, sweep.parallel_png)] if done else []
+    if done and len(top) == 2:
+        plotted.append(_contour(done, top, metric, sweep.contour_png))
     for stale in (sweep.parallel_png, sweep.contour_png):
-        if stale.name not in plotted:  # drawn for an earlier state of the sweep
+        if stale.name not in plotted:
             stale.unlink(missing_ok=True)
-    return "\n".join(lines) + "\n" if lines else ""
+    return ", ".join(f"`{p}`" for p in plotted)
 
 
 def _numeric(values: list[Any]) -> tuple[list[float], list[str] | None]:

@@ -17,6 +17,8 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from experiments.runs.notes import read_tags
 from experiments.runs.orphans import end_with_sweep_process, exit_if_orphaned, mark_sweep_process
 from experiments.runs.sweep import KEPT, LOST_ENV, NODE_ENV, TRIAL_ENV, stop_reason
 from experiments.tracking import sweep_plots
+from experiments.tracking.importance import evaluator_label, is_replicate, spread, swept
 
 log = logging.getLogger(__name__)
 
@@ -208,20 +211,32 @@ def _one_line(err: Any) -> str:
     return str(err)[:300]
 
 
-def collect(sweep_dir: Path, metric: str) -> list[dict[str, Any]]:
+def collect(sweep_dir: Path, metric: str, results: dict | None = None) -> list[dict[str, Any]]:
     """One dict per job folder of ``sweep_dir`` that has a ``job.json``; a job whose files
-    are corrupt is a ``broken`` row naming the file and the problem."""
+    are corrupt is a ``broken`` row naming the file and the problem. ``results``: the
+    sweep's ``optuna_results`` where read already (its Pareto front marks rows)."""
     rows = []
-    pareto = _pareto_trials(sweep_dir)
+    front = (optuna_results(sweep_dir) if results is None else results).get("pareto_front")
+    # a multi-objective search: the trials on its Pareto front
+    pareto = [p.get("trial") for p in front if isinstance(p, dict)] if type(front) is list else None
     for job_file in SweepDir(sweep_dir).job_files():
         try:
             row, trial = _row(job_file, metric)
         except UserError as err:
-            row, trial = _broken_row(job_file, metric, str(err)), None
+            row, trial = {**_blank_row(job_file, metric), "error": str(err)[:300]}, None
         if pareto is not None:
-            row["pareto"] = "yes" if trial is not None and trial in pareto else ""
+            row["pareto"] = "yes" if isinstance(trial, int) and trial in pareto else ""
         rows.append(row)
     return rows
+
+
+def _blank_row(job_file: Path, metric: str) -> dict[str, Any]:
+    """The columns of a row, in order, as a job whose files could not be read has them."""
+    return {
+        "job": _job_num(job_file), "overrides": "", metric: None, "epoch": "",
+        **dict.fromkeys(test_keys(metric)), "wall_time_s": None, TIME_TO_TARGET: None,
+        "status": "broken", "error": "", "remedies": "", "tags": "", "dir": job_file.parent.name,
+    }  # fmt: skip
 
 
 def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
@@ -237,27 +252,32 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
         raise UserError(f"{job_file}: not a job record (status or overrides of the wrong type)")
     # the best epoch's value (RunDir.best_weights hold it, test/* scored them), not the last's
     value, epoch = chosen_value(job_file.parent, metric, metrics)
-    value = value if value is not None else job.get("value")
     error = job.get("error")
     pruned = metrics.get("pruned_at_epoch")
     if status == "ok" and isinstance(pruned, int):
         status = f"pruned@{pruned + 1}"  # at the end of epoch N
     if status == "ok" and metrics.get("status") == "diverged":  # experiments.training.remedies
         status, error = "diverged", metrics.get("error")
-    row = {
-        "job": job.get("num", _job_num(job_file)),
+    # how the job was healed: metrics.json's remedies (training.remedies), and a run again
+    # after its launcher lost an attempt (hydra/launcher=ray)
+    remedies = metrics.get("remedies") or []
+    remedies = list(remedies) if isinstance(remedies, list) else [str(remedies)]
+    if job.get("lost") and status != "lost":
+        remedies.append(f"lost, ran again ({job['lost']})")
+    row = _blank_row(job_file, metric)
+    row.update({
+        "job": job.get("num", row["job"]),
         "overrides": " ".join(str(o) for o in overrides),
-        metric: _number(value),
+        metric: _number(value if value is not None else job.get("value")),
         "epoch": epoch,
         **{k: _number(metrics.get(k)) for k in test_keys(metric)},
         "wall_time_s": _number(job.get("wall_time_s")),
         TIME_TO_TARGET: _number(metrics.get(TIME_TO_TARGET)),
         "status": status,
         "error": str(error or ""),
-        "remedies": "; ".join(str(r) for r in _remedies(job, metrics, status)),
+        "remedies": "; ".join(str(r) for r in remedies),
         "tags": " ".join(read_tags(job_file.parent)),  # tags=[...] at launch, experiments-runs tag
-        "dir": job_file.parent.name,
-    }
+    })  # fmt: skip
     return row, job.get("trial")
 
 
@@ -280,16 +300,6 @@ def chosen_value(job_dir: Path, metric: str, metrics: dict) -> tuple[Any, str]:
     return value, f"{epochs}{of}, last" if of else "last"
 
 
-def _broken_row(job_file: Path, metric: str, reason: str) -> dict[str, Any]:
-    """The row of a job whose files could not be read: listed, with the reason."""
-    return {
-        "job": _job_num(job_file), "overrides": "", metric: None, "epoch": "",
-        **dict.fromkeys(test_keys(metric)), "wall_time_s": None, TIME_TO_TARGET: None,
-        "status": "broken",
-        "error": reason[:300], "remedies": "", "tags": "", "dir": job_file.parent.name,
-    }  # fmt: skip
-
-
 def _job_num(job_file: Path) -> int | str:
     name = job_file.parent.name
     return int(name) if name.isdigit() else name
@@ -301,17 +311,7 @@ def _number(value: Any) -> float | int | None:
     return value if ok else None
 
 
-def _remedies(job: dict, metrics: dict, status: str) -> list[str]:
-    """How the job was healed: metrics.json's remedies (experiments.training.remedies), and a run
-    again after its launcher lost an attempt (hydra/launcher=ray)."""
-    found = metrics.get("remedies") or []
-    healed = list(found) if isinstance(found, list) else [str(found)]
-    if job.get("lost") and status != "lost":
-        healed.append(f"lost, ran again ({job['lost']})")
-    return healed
-
-
-def _optuna_results(sweep_dir: Path) -> dict:
+def optuna_results(sweep_dir: Path) -> dict:
     """``optimization_results.yaml``, which our Optuna sweeper writes ({} without one, and
     for a corrupt one, with a warning naming it: the summary is written all the same)."""
     try:
@@ -321,25 +321,17 @@ def _optuna_results(sweep_dir: Path) -> dict:
         return {}
 
 
-def _optuna_importance(sweep_dir: Path) -> tuple[dict | None, str | None]:
-    """The parameter importances our Optuna sweeper wrote, when it did, and the class name
-    of the evaluator that computed them."""
-    results = _optuna_results(sweep_dir)
-    found, evaluator = results.get("importance"), results.get("importance_evaluator")
-    return (
-        found if isinstance(found, dict) and found else None,
-        evaluator if isinstance(evaluator, str) else None,
-    )
-
-
-def _pareto_trials(sweep_dir: Path) -> set[int] | None:
-    """Trial numbers on the Pareto front of a multi-objective Optuna search, else None."""
-    front = _optuna_results(sweep_dir).get("pareto_front")
-    if not isinstance(front, list):
-        return None
-    return {
-        p.get("trial") for p in front if isinstance(p, dict) and isinstance(p.get("trial"), int)
-    }
+def importance(done: list[dict], keys: list[str], metric: str, results: dict):
+    """Each swept key's importance (seeds left out) and a few words on how it was found: what
+    our Optuna sweeper recorded in ``results`` (``optuna_results``), else each key's spread
+    over the finished jobs ``done``."""
+    recorded, evaluator = results.get("importance"), results.get("importance_evaluator")
+    if isinstance(recorded, dict) and recorded:
+        found = {str(k): float(v) for k, v in recorded.items()
+                 if isinstance(v, int | float) and not is_replicate(str(k))}  # fmt: skip
+        return found, evaluator_label(evaluator if isinstance(evaluator, str) else None)
+    how = f"spread: the best minus the worst mean {metric} over each key's values"
+    return spread(done, keys, metric), how
 
 
 def best_first(metric: str, mode: str):
@@ -356,11 +348,12 @@ def best_first(metric: str, mode: str):
 
 
 def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[str, Any]]:
-    """Rebuild summary.csv, summary.md and (one swept parameter) summary.png; return rows."""
+    """Rebuild summary.csv, summary.md and its plots (``sweep_plots``); return the rows."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with open(sweep_dir / ".summary.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel jobs: one rebuild at a time
-        rows = sorted(collect(sweep_dir, metric), key=best_first(metric, mode))
+        results = optuna_results(sweep_dir)
+        rows = sorted(collect(sweep_dir, metric, results), key=best_first(metric, mode))
         if not rows:
             return rows
         # a column only when a job was healed / tagged / has that test metric
@@ -372,12 +365,11 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         writer = csv.DictWriter(buf, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-        atomic_write(SweepDir(sweep_dir).summary_csv, lambda f: f.write(buf.getvalue().encode()))
-        md = _markdown(rows, fields, metric, mode)
-        # the plots are drawn from every finished job each time, a stale one removed
-        md += sweep_plots.section(sweep_dir, rows, metric, *_optuna_importance(sweep_dir))
-        atomic_write(SweepDir(sweep_dir).summary_md, lambda f: f.write(md.encode()))
-        sweep_plots.plot_one_key(rows, metric, SweepDir(sweep_dir).summary_png)
+        sweep = SweepDir(sweep_dir)
+        atomic_write(sweep.summary_csv, lambda f: f.write(buf.getvalue().encode()))
+        md = _markdown(rows, fields, metric, mode) + _importance(sweep_dir, rows, metric, results)
+        atomic_write(sweep.summary_md, lambda f: f.write(md.encode()))
+        sweep_plots.plot_one_key(rows, metric, sweep.summary_png)
     return rows
 
 
@@ -388,17 +380,18 @@ def table_cell(value: Any) -> str:
     return "" if value is None else str(value).replace("|", "\\|")
 
 
+def markdown_table(head: list[Any], rows: Iterable[Iterable[Any]]) -> list[str]:
+    """The lines of a markdown table, each cell written by ``table_cell``."""
+    lines = ["| " + " | ".join(map(table_cell, head)) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(map(table_cell, row)) + " |" for row in rows]
+
+
 def _markdown(rows, fields, metric, mode) -> str:
-    ok = sum(r["status"] == "ok" for r in rows)
-    pruned = sum(str(r["status"]).startswith("pruned") for r in rows)
-    interrupted = sum(r["status"] == "interrupted" for r in rows)
-    not_run = [r for r in rows if r["status"] == "stopped"]
-    diverged = sum(r["status"] == "diverged" for r in rows)
-    counts = f"{ok} ok, {pruned} pruned" if pruned else f"{ok} ok"
-    counts += f", {interrupted} interrupted" if interrupted else ""
-    counts += f", {len(not_run)} not run" if not_run else ""
-    counts += f", {diverged} diverged" if diverged else ""
-    failed = len(rows) - ok - pruned - interrupted - len(not_run) - diverged
+    n = Counter("pruned" if str(r["status"]).startswith("pruned") else r["status"] for r in rows)
+    words = {"ok": "ok", "pruned": "pruned", "interrupted": "interrupted",
+             "stopped": "not run", "diverged": "diverged"}  # fmt: skip
+    counts = ", ".join(f"{n[s]} {w}" for s, w in words.items() if n[s] or s == "ok")
+    failed = len(rows) - sum(n[s] for s in words)
     head = f"# Sweep summary\n\n{len(rows)} jobs, {counts}, {failed} failed; "
     head += f"sorted by {metric} ({mode}).\n\n"
     head += (
@@ -406,9 +399,25 @@ def _markdown(rows, fields, metric, mode) -> str:
         f"scored those weights); a job without {BEST_WEIGHTS} shows its last epoch's, marked "
         f"last.\n\n"
     )
-    if not_run:
-        head += f"Stopped early: {'; '.join(sorted({r['error'] for r in not_run}))[:400]}.\n\n"
+    if n["stopped"]:
+        why = sorted({r["error"] for r in rows if r["status"] == "stopped"})
+        head += f"Stopped early: {'; '.join(why)[:400]}.\n\n"
     shown = [f for f in fields if f != "dir"]
-    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(table_cell(r[f]) for f in shown) + " |" for r in rows]
-    return head + "\n".join(lines) + "\n"
+    return head + "\n".join(markdown_table(shown, ([r[f] for f in shown] for r in rows))) + "\n"
+
+
+def _importance(sweep_dir: Path, rows: list[dict], metric: str, results: dict) -> str:
+    """The summary's importance section, and its plots (``sweep_plots.draw``) from every
+    finished job; '' (and no plots) with fewer than two finished jobs or nothing swept."""
+    done, keys = swept(rows, metric)
+    if len(done) < 2 or not keys:
+        sweep_plots.draw(sweep_dir, [], keys, metric, [])  # removes the plots of before
+        return ""
+    found, how = importance(done, keys, metric, results)
+    top = [k for k in found if k in keys][:2] or keys[:2]
+    plotted = sweep_plots.draw(sweep_dir, done, keys, metric, top)
+    lines = ["", "## Parameter importance", "",
+             how + "; seeds are replicates, not parameters, and are left out.", "",
+             *markdown_table(["key", "importance"], found.items()), "",
+             f"Plots, from the {len(done)} finished jobs: {plotted}."]  # fmt: skip
+    return "\n".join(lines) + "\n"

@@ -75,17 +75,11 @@ def tag(run_dir: str | os.PathLike, add: list[str] = (), remove: list[str] = ())
     """
     run = require_run(run_dir)
     add, remove = [check_tag(t) for t in add], [check_tag(t) for t in remove]
-    notes = read_notes(run.path)
-    for t in add:
-        if t not in notes["tags"]:
-            notes["tags"].append(t)
-        if t in notes["untagged"]:
-            notes["untagged"].remove(t)
-    for t in remove:
-        if t in notes["tags"]:
-            notes["tags"].remove(t)
-        if t not in notes["untagged"]:
-            notes["untagged"].append(t)
+    notes = read_notes(run.path)  # a tag both added and removed ends removed
+    notes["tags"] = [t for t in dict.fromkeys(notes["tags"] + add) if t not in remove]
+    notes["untagged"] = [
+        t for t in dict.fromkeys(notes["untagged"] + remove) if t in remove or t not in add
+    ]
     _write(run, notes)
     return read_tags(run.path)
 

@@ -19,9 +19,6 @@ exception that stops the listing.
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
 import json
 import logging
 import math
@@ -29,15 +26,17 @@ import os
 import re
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.notebook.annotate import launch_tags, merge_tags, read_notes
 from experiments.analysis.readings import (
+    Configs,
     Run,
-    group_config,
+    job_failure,
+    number,
     printable,
-    replicates,
+    read_curves,
     select,
     without_folder,
 )
@@ -51,6 +50,7 @@ from experiments.runs.layout import (
     run_folders,
     sidecar_epoch,
 )
+from experiments.runs.notes import merge_tags, read_notes
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,6 @@ KINDS = ("run", "job", "cv")
 PLAIN_METRICS = ("wall_time_s", "params", "epochs")
 CURVES = ("val/acc", "val/loss", "train/loss")  # + each run's optimized metric
 MAX_CURVE_POINTS = 400
-_SEED_LINE = re.compile(r"^seed:([^\n]*)\n?", re.M)
 _CHOICES = re.compile(r"^(?P<indent> +)choices:\n(?P<body>(?:(?P=indent) +[^\n]*\n)*)", re.M)
 
 
@@ -77,33 +76,17 @@ def is_metric(name: str) -> bool:
     return len(parts) == 2 and all(parts) and not name.endswith("_std")
 
 
-def number(value: Any) -> float | None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok and math.isfinite(value) else None
-
-
-def run_files(run: RunDir) -> dict[str, Path]:
-    """The files a record is read from (their mtime and size key the cache)."""
-    return {
-        "metrics": run.metrics,
-        "config": run.saved_config,
-        "overrides": run.saved_overrides,
-        "hydra": run.hydra_runtime,
-        "best": run.best_json,
-        "csv": run.csv_metrics,
-        "job": SweepDir.job_file(run.path),
-        "notes": run.notes,
-        "lock": run.lock_file,
-    }
-
-
-# the same files relative to any run folder, as text: a signature is 9 stats per folder, and
-# building 9 Path objects per folder would cost more than the stats (1,000 folders warm)
-_RELATIVE = [str(p.relative_to("/run")) for p in run_files(RunDir(Path("/run"))).values()]
+_RUN = RunDir(Path("/run"))
+# the files a record is read from (their mtime and size key the cache), relative to any run
+# folder, as text: building 9 Path objects per folder would cost more than its 9 stats
+_RELATIVE = [os.path.relpath(p, _RUN.path) for p in (
+    _RUN.metrics, _RUN.saved_config, _RUN.saved_overrides, _RUN.hydra_runtime, _RUN.best_json,
+    _RUN.csv_metrics, SweepDir.job_file(_RUN.path), _RUN.notes, _RUN.lock_file,
+)]  # fmt: skip
 
 
 def signature(folder: Path) -> list:
-    """``[mtime_ns, size]`` (None: absent) of each of the run's files (``run_files``)."""
+    """``[mtime_ns, size]`` (None: absent) of each of the run's files (``_RELATIVE``)."""
     sig, base = [], str(folder)
     for rel in _RELATIVE:
         try:
@@ -119,7 +102,7 @@ class Reader:
 
     def __init__(self) -> None:
         self.configs: dict[str, dict] = {}  # id -> {"config", "replicates", "optimized", "tags"}
-        self._by_text: dict[str, str] = {}
+        self._texts = Configs()
         self._choices: dict[str, dict] = {}
 
     def read(self, folder: Path, names: set[str], rel: str) -> dict[str, Any]:
@@ -164,21 +147,7 @@ class Reader:
             reasons.append("no .hydra/config.yaml")
             return None
         try:
-            text = read_text(run.saved_config)
-            seed_line = _SEED_LINE.search(text)
-            if seed_line:
-                record["seed"] = _scalar(seed_line.group(1))
-            dirs = [str(run.path), str(run.path.resolve())]
-            key = text[: seed_line.start()] + text[seed_line.end() :] if seed_line else text
-            cacheable = not any(d in text for d in dirs)
-            config_id = self._by_text.get(key) if cacheable else None
-            if config_id is None:
-                config_id = self._parse(text, run, dirs, key if cacheable else None)
-            record["config_id"] = config_id
-            found = self.configs[config_id]
-            if record["seed"] is None:
-                record["seed"] = found["replicates"].get("seed")
-            return found
+            seed, saved = self._texts.read(run, [str(run.path), str(run.path.resolve())])
         except (UserError, RecursionError) as err:
             why = "nested too deeply" if isinstance(err, RecursionError) else one_line(err)
             if running:  # Hydra may be writing it this instant: read it next time
@@ -187,34 +156,24 @@ class Reader:
                 record["status"] = "broken"
                 reasons.append(without_folder(why, run.path))
             return None
-
-    def _parse(self, text: str, run: RunDir, dirs: list[str], key: str | None) -> str:
-        config = parse_yaml(text, str(run.saved_config))
-        if not isinstance(config, dict):
-            raise UserError(".hydra/config.yaml does not hold a mapping of config keys")
-        flat = group_config(config, dirs)
-        optimized = [config.get("optimized_metric"), config.get("optimized_mode")]
-        found = {
-            "config": {k: _plain(v) for k, v in flat.items()},
-            "replicates": {k: _plain(v) for k, v in replicates(config).items()},
-            "optimized": [v if isinstance(v, str) else None for v in optimized],
-            "tags": launch_tags(config),
-        }
-        config_id = hashlib.sha1((key or text).encode()).hexdigest()[:16]
-        self.configs[config_id] = found
-        if key is not None:
-            self._by_text[key] = config_id
-        return config_id
+        record["config_id"] = saved.id
+        found = self.configs.setdefault(saved.id, {
+            "config": _plain(saved.config), "replicates": _plain(saved.replicates),
+            "optimized": list(saved.optimized), "tags": saved.tags,
+        })  # fmt: skip
+        record["seed"] = _plain(seed) if seed is not None else found["replicates"].get("seed")
+        return found
 
     def _metrics(self, run: RunDir, record: dict, reasons: list[str], running: str) -> None:
         wanted = [*CURVES]
         config = self.configs.get(record["config_id"] or "")
         if config and config["optimized"][0] and config["optimized"][0] not in wanted:
             wanted.insert(0, config["optimized"][0])
-        record["curves"] = read_curves(run, wanted)  # a running run's too: how far it got
+        curves = read_curves(run.path, wanted)  # a running run's too: how far it got
+        record["curves"] = {c: _points(points) for c, points in curves.items()}
         if not run.metrics.is_file():
             if not running:
-                failed = _failed_job(run)
+                failed = job_failure(run.path)
                 record["status"] = "failed" if failed else "broken"
                 reasons.append(failed or _unfinished(run))
             return
@@ -271,51 +230,13 @@ class Reader:
         return dict(self._choices[body])
 
 
-def read_curves(run: RunDir, columns: list[str]) -> dict[str, list[list[float]]]:
-    """``{column: [[epoch, value], ...]}`` (1-based epochs; an epoch's last row wins) from the
-    CSV logger's file; a line still being written (no newline yet) is left out."""
-    try:
-        text = read_text(run.csv_metrics)
-    except UserError:
-        return {}
-    if not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-    try:
-        reader = csv.reader(io.StringIO(text, newline=""))
-        header = next(reader)
-        at = {c: header.index(c) for c in columns if c in header}
-        ep = header.index("epoch")
-    except (StopIteration, ValueError, csv.Error):
-        return {}
-    curves: dict[str, dict[int, float]] = {c: {} for c in at}
-    try:
-        for row in reader:
-            if len(row) != len(header) or not row[ep]:
-                continue
-            epoch = int(float(row[ep])) + 1  # Lightning counts from 0
-            for column, i in at.items():
-                value = _float(row[i])
-                if value is not None:
-                    curves[column][epoch] = value
-    except (csv.Error, ValueError, OverflowError):
-        pass  # keep what was read before the bad row
-    out = {}
-    for column, points in curves.items():
-        pairs = sorted(points.items())
-        if len(pairs) > MAX_CURVE_POINTS:  # a long run: every k-th epoch and the last
-            step = math.ceil(len(pairs) / MAX_CURVE_POINTS)
-            pairs = pairs[::step] + ([pairs[-1]] if (len(pairs) - 1) % step else [])
-        if pairs:
-            out[column] = [[e, round(v, 6)] for e, v in pairs]
-    return out
-
-
-def _float(text: str) -> float | None:
-    try:
-        value = float(text) if text else None
-    except ValueError:
-        return None
-    return value if value is not None and math.isfinite(value) else None
+def _points(curve: dict[int, float]) -> list[list[float]]:
+    """``[[epoch, value], ...]``, 1-based; a long run's every k-th epoch and its last."""
+    pairs = sorted(curve.items())
+    if len(pairs) > MAX_CURVE_POINTS:
+        step = math.ceil(len(pairs) / MAX_CURVE_POINTS)
+        pairs = pairs[::step] + ([pairs[-1]] if (len(pairs) - 1) % step else [])
+    return [[e + 1, round(v, 6)] for e, v in pairs]  # Lightning counts epochs from 0
 
 
 def _int(value: Any) -> int | None:
@@ -364,18 +285,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _failed_job(run: RunDir) -> str:
-    try:
-        job = read_json(SweepDir.job_file(run.path), None)
-    except UserError as err:
-        return f"no {METRICS}, and {without_folder(one_line(err), run.path)}"
-    if isinstance(job, dict) and job.get("status") in ("failed", "interrupted"):
-        error = job.get("error")
-        why = one_line(Exception(error), last=True) if isinstance(error, str) else None
-        return f"the job {job['status']} ({why or 'no error recorded'})"
-    return ""
-
-
 def _unfinished(run: RunDir) -> str:
     if run.resumable():
         return (
@@ -397,14 +306,6 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def _scalar(text: str) -> Any:
-    try:
-        value = parse_yaml(text, "seed")
-    except UserError:
-        return text.strip()
-    return _plain(value)
-
-
 def _plain(value: Any) -> Any:
     """A config value as JSON can hold it (YAML dates and odd keys as text)."""
     if value is None or isinstance(value, bool | int | str):
@@ -421,18 +322,16 @@ def _plain(value: Any) -> Any:
 # ---------------------------------------------------------------- the index
 
 
+@dataclass
 class Index:
-    """The records of every run under ``root`` and the configs they share.
+    """The records of every run under ``root`` (one dict per run folder, in walk order: see
+    the module docstring), the configs they share by ``config_id`` and how many folders were
+    ``read`` from disk this time (the rest came from the cache)."""
 
-    Attributes:
-        root: the folder given.
-        records: one dict per run folder, in walk order (see the module docstring).
-        configs: ``config_id -> {"config", "replicates", "optimized", "tags"}``.
-        read: how many folders were read from disk this time (the rest came from the cache).
-    """
-
-    def __init__(self, root: Path, records: list[dict], configs: dict[str, dict], read: int):
-        self.root, self.records, self.configs, self.read = root, records, configs, read
+    root: Path
+    records: list[dict]
+    configs: dict[str, dict]  # config_id -> {"config", "replicates", "optimized", "tags"}
+    read: int
 
     def config(self, record: dict) -> dict:
         return self.configs.get(record.get("config_id") or "", {}) or {}
@@ -466,14 +365,12 @@ def build(root: str | os.PathLike, cache: bool = True) -> Index:
         sig = signature(folder)
         old = old_entries.get(rel)
         if old is not None and old.get("sig") == sig and _usable(old, old_configs):
-            record = old["record"]
-            if record["config_id"]:
-                configs[record["config_id"]] = old_configs[record["config_id"]]
+            record, known = old["record"], old_configs
         else:
-            record = reader.read(folder, names, rel)
+            record, known = reader.read(folder, names, rel), reader.configs
             read += 1
-            if record["config_id"]:
-                configs[record["config_id"]] = reader.configs[record["config_id"]]
+        if record["config_id"]:
+            configs[record["config_id"]] = known[record["config_id"]]
         if record["status"] != "running":
             entries[rel] = {"sig": sig, "record": record}
         records.append(record)

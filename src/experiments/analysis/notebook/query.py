@@ -29,6 +29,7 @@ import pandas as pd
 
 from experiments.analysis.groups import LOWER_IS_BETTER
 from experiments.analysis.notebook.index import Index, build
+from experiments.analysis.readings import value_text
 from experiments.errors import UserError
 
 # the fixed columns, in the order the table shows them (metrics, choices, config follow)
@@ -47,33 +48,18 @@ def frame(index: Index) -> pd.DataFrame:
     rows, metrics, choices, keys = [], {}, {}, {}
     for record in index.records:
         config = index.config(record)
-        row = {
-            "name": record["name"],
-            "status": record["status"],
-            "kind": record["kind"],
-            "tags": list(record["tags"]),
-            "note": record["note"],
-            "start": record["start"],
-            "duration_s": record["duration_s"],
-            "epoch": record["epoch"],
-            "seed": record["seed"],
-            "overrides": " ".join(record["overrides"]),
-            "sweep": os.path.dirname(record["name"]) if record["kind"] == "job" else "",
-            "reason": record["reason"],
-            "path": str(index.root / record["name"]) if record["name"] != "." else str(index.root),
-        }
+        row = {k: record[k] for k in FIRST + ["reason"]}
+        row["tags"] = list(record["tags"])
+        row["overrides"] = " ".join(record["overrides"])
+        row["sweep"] = os.path.dirname(record["name"]) if record["kind"] == "job" else ""
+        row["path"] = str(index.root / record["name"]) if record["name"] != "." else str(index.root)
         optimized = (config.get("optimized") or [None])[0]
         if optimized:
             metrics.setdefault(optimized, None)
-        for k, v in record["metrics"].items():
-            row[k] = v
-            metrics.setdefault(k, None)
-        for k, v in record["choices"].items():
-            row[k] = v
-            choices.setdefault(k, None)
-        for k, v in config.get("config", {}).items():
-            row[k] = v
-            keys.setdefault(k, None)
+        for names, values in ((metrics, record["metrics"]), (choices, record["choices"]),
+                              (keys, config.get("config", {}))):  # fmt: skip
+            row.update(values)
+            names.update(dict.fromkeys(values))  # first seen first
         rows.append(row)
     order = FIRST + list(metrics) + sorted(choices) + sorted(keys) + LAST
     order = list(dict.fromkeys(order))  # a metric and a config key of the same name: once
@@ -329,16 +315,12 @@ def _missing(value: Any) -> bool:
 
 
 def shown_value(value: Any) -> str:
-    """A cell as a command line writes it: ``true``, ``null``, ``0.1``, ``[1, 2]``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    """A cell as a command line writes it (``value_text``), a whole float as ``1``."""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, list):
         return "[" + ", ".join(shown_value(v) for v in value) + "]"
-    return str(value)
+    return value_text(value)
 
 
 def valid_names(key: str, columns: list[str]) -> str:

@@ -43,7 +43,8 @@ from experiments.analysis.significance import metric_bounds, summarize
 from experiments.errors import UserError, one_line
 from experiments.runs.files import atomic_write, read_yaml
 from experiments.runs.layout import SweepDir
-from experiments.tracking.importance import evaluator_label, is_replicate, spread, swept
+from experiments.tracking.importance import swept
+from experiments.tracking.sweep_summary import importance as sweep_importance
 
 MAX_METRICS = 6
 MAX_KEYS = 14
@@ -65,11 +66,7 @@ def main_metrics(df) -> list[str]:
 
 def varying(df, columns: list[str]) -> list[str]:
     """The ``columns`` whose values are not the same in every row (as text)."""
-    out = []
-    for c in columns:
-        if c in df.columns and df[c].map(shown_value).nunique(dropna=False) > 1:
-            out.append(c)
-    return out
+    return [c for c in columns if c in df and df[c].map(shown_value).nunique(dropna=False) > 1]
 
 
 def _json_for_html(data: Any) -> str:
@@ -222,19 +219,13 @@ def sweeps(df, records: dict, root: Path, metrics: list[str]) -> list[dict]:
         done, keys = swept(rows, metric)
         if len(done) < 2 or not keys:
             continue
-        importance, how = (
-            spread(done, keys, metric),
-            (f"spread: the best minus the worst mean {metric} over each key's values"),
-        )
+        path = SweepDir(root / sweep).optimization_results  # our Optuna sweeper's record
         try:
-            results = read_yaml(SweepDir(root / sweep).optimization_results, {}, kind=dict)
+            results, error = read_yaml(path, {}, kind=dict), ""
         except UserError as err:
-            results, how = {}, how + f" ({one_line(err)})"
-        recorded = results.get("importance")
-        if isinstance(recorded, dict) and recorded:
-            importance = {str(k): float(v) for k, v in recorded.items()
-                          if isinstance(v, int | float) and not is_replicate(str(k))}  # fmt: skip
-            how = evaluator_label(results.get("importance_evaluator"))
+            results, error = {}, f" ({one_line(err)})"
+        importance, how = sweep_importance(done, keys, metric, results)
+        how += error
         out.append({
             "name": printable(str(sweep)), "metric": metric, "how": printable(how),
             "importance": [[printable(k), _plain(v)] for k, v in importance.items()],
