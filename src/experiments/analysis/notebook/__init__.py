@@ -2,6 +2,6 @@
 beside the runs), queried as a pandas DataFrame (``experiments.find_runs``), tagged and noted
 in the run folder itself, and shown as one self-contained HTML page. No server, no database.
 
-Modules: ``notes`` (tags and notes in the run folder), ``index`` (finding and reading run
+Modules: ``annotate`` (tags and notes in the run folder), ``index`` (finding and reading run
 folders, the mtime/size cache), ``query`` (the ``where`` language and the DataFrame),
-``report`` (the HTML page), ``command`` (``experiments-runs``)."""
+``report`` and ``page`` (the HTML page); the command is ``cli.lab_notebook``."""

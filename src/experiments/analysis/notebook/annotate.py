@@ -16,13 +16,7 @@ from typing import Any
 from experiments.errors import UserError, one_line
 from experiments.runs.files import write_json
 from experiments.runs.layout import HYDRA, METRICS, RunDir
-from experiments.runs.notes import (  # noqa: F401 (read here, re-exported for the notebook)
-    launch_tags,
-    merge_tags,
-    notes_file,
-    read_notes,
-    read_tags,
-)
+from experiments.runs.notes import notes_file, read_notes, read_tags
 
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 MAX_NOTE_CHARS = 20_000
