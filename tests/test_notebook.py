@@ -456,3 +456,16 @@ def test_compare_the_sweep_summary_and_the_model_card_show_tags(real_sweep, tmp_
     assert res.returncode == 0, res.stderr[-2000:]
     report = (sweep / "compare.md").read_text()
     assert "[tags: first, checked]" in report and "[tags: first]" in report
+
+
+def test_a_metric_the_runs_minimize_sorts_lowest_first_whatever_its_name(tmp_path):
+    # val/wer names no lower-is-better word: the runs' optimized_mode says it
+    for seed, wer in ((0, 0.3), (1, 0.1), (2, 0.2)):
+        run = RunDir(write_run(tmp_path / f"r{seed}", "digits", "mlp", 0.1, seed))
+        cfg = yaml.safe_load(run.saved_config.read_text())
+        cfg.update(optimized_metric="val/wer", optimized_mode="min")
+        run.saved_config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        run.metrics.write_text(json.dumps({**json.loads(run.metrics.read_text()), "val/wer": wer}))
+    df = experiments.find_runs(tmp_path, sort="val/wer")
+    assert list(df["val/wer"]) == [0.1, 0.2, 0.3]
+    assert page_data(tmp_path)["lower"][:1] == ["val/wer"]  # the page's "best 10" too

@@ -187,18 +187,31 @@ def _metric_and_mode(runs: list[Run], metric: str | None, mode: str | None) -> t
         (metric,) = named
         chosen_by = "the runs' optimized_metric"
     if mode is None:
-        modes = {r.optimized[1] for r in runs if r.optimized[0] == metric}
-        if len(modes) == 1 and modes <= {"max", "min"}:
-            (mode,) = modes
-            return metric, mode, chosen_by + ", their optimized_mode"
-        if metric_bounds(metric) is not None and not metric.endswith("ece"):
-            return metric, "max", chosen_by + ", mode max (a fraction: higher is better)"
-        if any(word in metric.lower() for word in LOWER_IS_BETTER):
-            return metric, "min", chosen_by + ", mode min (by its name: lower is better)"
-        raise UserError(
-            f"mode= is needed for metric={metric}: mode=max (higher is better) or mode=min"
-        )
+        mode, why = direction(metric, [r.optimized for r in runs])
+        if mode is None:
+            raise UserError(
+                f"mode= is needed for metric={metric}: mode=max (higher is better) or mode=min"
+            )
+        return metric, mode, f"{chosen_by}, {why}"
     return metric, mode, chosen_by + ", mode= given"
+
+
+def direction(metric: str, optimized: Iterable[Sequence]) -> tuple[str | None, str]:
+    """``max`` or ``min`` for ``metric``, and why: the ``optimized_mode`` of the runs whose
+    ``optimized_metric`` it is, when they agree; else a fraction is higher-better and a name
+    holding one of ``LOWER_IS_BETTER`` lower-better; None when nothing says.
+
+    Args:
+        optimized: ``(optimized_metric, optimized_mode)`` of each run.
+    """
+    modes = {mode for m, mode in optimized if m == metric}
+    if len(modes) == 1 and modes <= {"max", "min"}:
+        return next(iter(modes)), "their optimized_mode"
+    if metric_bounds(metric) is not None and not metric.endswith("ece"):
+        return "max", "mode max (a fraction: higher is better)"
+    if any(word in metric.lower() for word in LOWER_IS_BETTER):
+        return "min", "mode min (by its name: lower is better)"
+    return None, ""
 
 
 def differing_keys(configs: list[dict[str, Any]]) -> list[str]:

@@ -124,7 +124,7 @@ statusSel.addEventListener('change', function () { state.status = statusSel.valu
 function tickBest() {
   var m = D.metrics[0], j = cols.findIndex(function (c) { return c.key === m; });
   checked.clear();
-  var lower = m && /loss|error|time|ece/.test(m);
+  var lower = D.lower.indexOf(m) >= 0;
   var cand = rows.map(function (r, i) { return i; }).filter(function (i) {
     return !trs[i].hidden && D.curves[i] && j >= 0 && rows[i][j] !== null;
   });

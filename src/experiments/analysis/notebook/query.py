@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.analysis.groups import LOWER_IS_BETTER
+from experiments.analysis.groups import direction
 from experiments.analysis.notebook.index import Index, build
 from experiments.analysis.readings import value_text
 from experiments.errors import UserError
@@ -115,7 +115,7 @@ def order(
     if sort not in df.columns:
         raise UserError(f"sort={sort}: not a column; {valid_names(sort, list(df.columns))}")
     if ascending is None:
-        ascending = not (sort == "start" or _higher_is_better(sort))
+        ascending = not (sort == "start" or _higher_is_better(df, sort))
     df = df.sort_values(sort, ascending=ascending, na_position="last", kind="stable")
     if limit is not None:
         if limit < 0:
@@ -124,8 +124,17 @@ def order(
     return df.reset_index(drop=True)
 
 
-def _higher_is_better(column: str) -> bool:
-    return "/" in column and not any(w in column for w in LOWER_IS_BETTER)
+def _higher_is_better(df: pd.DataFrame, column: str) -> bool:
+    """A metric (``stage/name``) sorts best first: by the runs' ``optimized_mode`` for it,
+    else by its name (``groups.direction``); anything else ascending."""
+    return "/" in column and direction(column, optimized_pairs(df))[0] != "min"
+
+
+def optimized_pairs(df: pd.DataFrame) -> list[tuple]:
+    """``(optimized_metric, optimized_mode)`` of each run of ``df``."""
+    if "optimized_metric" not in df or "optimized_mode" not in df:
+        return []
+    return list(zip(df["optimized_metric"], df["optimized_mode"], strict=True))
 
 
 # ---------------------------------------------------------------- the where language

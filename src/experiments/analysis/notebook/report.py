@@ -35,9 +35,10 @@ from typing import Any
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
+from experiments.analysis.groups import direction
 from experiments.analysis.notebook.index import build
 from experiments.analysis.notebook.page import PAGE_CSS, PAGE_JS
-from experiments.analysis.notebook.query import evaluate, frame, parse, shown_value
+from experiments.analysis.notebook.query import evaluate, frame, optimized_pairs, parse, shown_value
 from experiments.analysis.readings import identity, printable
 from experiments.analysis.significance import metric_bounds, summarize
 from experiments.errors import UserError, one_line
@@ -144,6 +145,9 @@ def page_data(root: str | os.PathLike, where: str | None = None, title: str = ""
         "where": printable(where or ""),
         "columns": [{"key": c, "kind": kinds[c]} for c in columns],
         "metrics": metrics,
+        # the metrics whose best is lowest (the runs' optimized_mode, else the name), for
+        # the page's "best 10" button
+        "lower": [m for m in metrics if direction(m, optimized_pairs(df))[0] == "min"],
         "rows": rows,
         "curves": curves,
         "diff": {"keys": diff_keys, "values": diff_values},
