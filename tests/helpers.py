@@ -38,9 +38,6 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import Dataset
 
-from experiments.callbacks.profiling import Profiling
-from experiments.errors import UserError
-
 REPO = Path(__file__).resolve().parents[1]
 # generous: a test waits for an event (an exit), never a guessed duration; the limit only ends
 # a hung one (under `make test-stress`, a CPU hog on every core, a start costs several times more)
@@ -394,11 +391,6 @@ class VirtualTime:
     extra = 0.0
 
 
-class VirtualClockProfiling(Profiling):
-    def now(self) -> float:
-        return time.perf_counter() + VirtualTime.extra
-
-
 class RandomImages(Dataset):
     """Seeded random ``(C, H, W)`` tensors with labels. A read costs ``delay`` s of virtual
     time; past ``fail_after`` reads it raises, past ``nan_after`` it gives NaN images. With
@@ -444,42 +436,6 @@ def random_sets(
     )
 
 
-class Untargeted(RandomImages):
-    """Samples and ``.classes`` but no ``.targets``: labels known only by reading samples."""
-
-    classes = ["a", "b", "c", "d"]
-
-    def __init__(self, n: int, seed: int) -> None:
-        super().__init__(n, (1, 8, 8), 4, 0.0, seed)
-        del self.targets  # its samples still carry their labels
-
-
-def untargeted_sets(transform=None, target_transform=None, n: int = 200):
-    return Untargeted(n, 0), Untargeted(n // 4, 1)
-
-
-class SlowNet(nn.Module):
-    """A linear classifier whose every forward costs ``seconds`` of virtual time."""
-
-    def __init__(self, in_shape: Sequence[int], num_classes: int, seconds: float = 0.0) -> None:
-        super().__init__()
-        self.flat = nn.Flatten()
-        self.fc = nn.Linear(int(torch.tensor(in_shape).prod()), num_classes)
-        self.seconds = seconds
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        VirtualTime.extra += self.seconds
-        return self.fc(self.flat(x))
-
-
-class BranchyNet(SlowNet):
-    """A net with a data-dependent ``if``: torch.compile must break the graph there."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = super().forward(x)
-        return h * 2 if h.sum() > 0 else h  # depends on the values: Dynamo cannot trace it
-
-
 class Payload:
     """Pickles to a call that creates ``target``: if the file appears, loading ran code."""
 
@@ -510,17 +466,6 @@ class SignalAt(Callback):
         os.kill(os.getpid(), self.signum)
 
 
-class GcProbe(Callback):
-    """Appends ``<collector enabled> <objects frozen>`` to ``path`` at each fit's first step."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        with open(self.path, "a") as f:
-            f.write(f"{gc.isenabled()} {gc.get_freeze_count()}\n")
-
-
 class Rendezvous(Callback):
     """Orders a parallel sweep's trials by events: a run with ``max_epochs == wait_epochs``
     trains only once ``count`` other runs have ended (each leaves a file in ``folder``); past
@@ -544,63 +489,6 @@ class Rendezvous(Callback):
             Path(self.folder, f"ended-{os.getpid()}-{time.time_ns()}").touch()
 
 
-class FillDiskOnce(Callback):
-    """At the start of training epoch ``epoch``, the first time only (``marker``), writes
-    ``ballast`` until its file system is full: a disk that fills up mid-run."""
-
-    def __init__(self, epoch: int, ballast: str, marker: str) -> None:
-        self.epoch, self.ballast, self.marker = epoch, ballast, marker
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        if trainer.current_epoch != self.epoch or Path(self.marker).exists():
-            return
-        Path(self.marker).touch()
-        with contextlib.suppress(OSError), open(self.ballast, "wb") as f:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-
-
-class OomAbove(Callback):
-    """Out of memory for a training batch above ``max_batch``: torch's CUDA error, faked on a
-    CPU; or, with ``allocator``, the CPU allocator's real error for a request of 1 PiB."""
-
-    def __init__(self, max_batch: int, allocator: bool = False) -> None:
-        self.max_batch, self.allocator = max_batch, allocator
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if batch[0].shape[0] <= self.max_batch:
-            return
-        if self.allocator:
-            torch.empty(2**50, dtype=torch.uint8)  # more than any address space
-        raise torch.OutOfMemoryError(
-            f"CUDA out of memory (simulated): batch of {batch[0].shape[0]} > {self.max_batch}"
-        )
-
-
-class NanAboveLr(Callback):
-    """NaN weights (so a NaN loss) while the learning rate is above ``max_lr``: what too high
-    a learning rate does, made certain."""
-
-    def __init__(self, max_lr: float, at_step: int = 2) -> None:
-        self.max_lr, self.at_step = max_lr, at_step
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        lr = trainer.optimizers[0].param_groups[0]["lr"]
-        if trainer.global_step == self.at_step and lr > self.max_lr:
-            with torch.no_grad():
-                next(pl_module.net.parameters()).fill_(float("nan"))
-
-
-class RefuseValue(Callback):
-    """A callback whose ``value`` may not be ``refused``: a one-line user error that only
-    the grid job with that value meets, as it builds its callbacks."""
-
-    def __init__(self, value: int, refused: int) -> None:
-        if value == refused:
-            raise UserError(f"callbacks.refuse.value={value} is not valid: expected not {refused}")
-
-
 class Started(Callback):
     """Marks that training started (``<folder>/started-<pid>`` holds the parent's pid), then
     takes ``step_s`` s a step: a job still training long after the test saw it start."""
@@ -616,3 +504,17 @@ class Started(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         time.sleep(self.step_s)
+
+
+class SlowNet(nn.Module):
+    """A linear classifier whose every forward costs ``seconds`` of virtual time."""
+
+    def __init__(self, in_shape: Sequence[int], num_classes: int, seconds: float = 0.0) -> None:
+        super().__init__()
+        self.flat = nn.Flatten()
+        self.fc = nn.Linear(int(torch.tensor(in_shape).prod()), num_classes)
+        self.seconds = seconds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        VirtualTime.extra += self.seconds
+        return self.fc(self.flat(x))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from lightning.pytorch import Callback
 
 from tests.helpers import REPO, run_inproc, run_process
 
@@ -152,7 +154,7 @@ def test_the_collector_is_paused_for_start_up_only(tmp_path, data_dir):
         "seed=1,2",
         "debug=fast",
         f"paths.data_dir={data_dir}",
-        "+callbacks.gc_probe._target_=tests.helpers.GcProbe",
+        "+callbacks.gc_probe._target_=tests.test_cli.GcProbe",
         f"+callbacks.gc_probe.path={probe}",
         cwd=tmp_path,
         env_extra={"PYTHONPATH": str(REPO)},
@@ -215,3 +217,14 @@ def test_cfg_job_prints_the_config_without_importing_torch(tmp_path):
     out = run_process([sys.executable, "-c", code], cwd=tmp_path, check=True).stdout
     assert "_target_: experiments.models.ClassificationModule" in out
     assert "loaded []" in out
+
+
+class GcProbe(Callback):
+    """Appends ``<collector enabled> <objects frozen>`` to ``path`` at each fit's first step."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{gc.isenabled()} {gc.get_freeze_count()}\n")

@@ -22,7 +22,7 @@ from experiments.models.losses import FocalLoss, inverse_frequency
 from experiments.models.metrics import ConfusionStats, summarize
 from experiments.training.build import datamodule_and_model
 from experiments.training.pipeline import train
-from tests.helpers import REPO, run_inproc, train_cli
+from tests.helpers import REPO, RandomImages, run_inproc, train_cli
 
 QUICK = ["logger=none", "data.num_workers=0", "seed=0"]
 
@@ -137,7 +137,7 @@ def test_class_weights_on_a_dataset_without_targets_is_one_line_exit_2(tmp_path,
         "-m",
         "experiments.train",
         "model.class_weights=auto",
-        "data.dataset={_target_:tests.helpers.untargeted_sets,_partial_:true}",
+        "data.dataset={_target_:tests.test_imbalanced.untargeted_sets,_partial_:true}",
         f"paths.data_dir={data_dir}",
         "logger=none",
         cwd=tmp_path,
@@ -190,3 +190,17 @@ def test_loss_auto_adjusts_logits_on_a_long_tailed_split_only(make_cfg, data_dir
     assert model.hparams["loss"] == "logit_adjusted"  # what ran, not "auto"
     _, model = datamodule_and_model(make_cfg(*image_csv, "model.class_weights=auto", *QUICK))
     assert type(model.loss_fn) is torch.nn.CrossEntropyLoss  # weights given: no adjustment too
+
+
+class Untargeted(RandomImages):
+    """Samples and ``.classes`` but no ``.targets``: labels known only by reading samples."""
+
+    classes = ["a", "b", "c", "d"]
+
+    def __init__(self, n: int, seed: int) -> None:
+        super().__init__(n, (1, 8, 8), 4, 0.0, seed)
+        del self.targets  # its samples still carry their labels
+
+
+def untargeted_sets(transform=None, target_transform=None, n: int = 200):
+    return Untargeted(n, 0), Untargeted(n // 4, 1)

@@ -6,10 +6,13 @@ VirtualTime``): a real sleep against a real step measures how busy the machine i
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+from experiments.callbacks.profiling import Profiling
 from experiments.training.pipeline import train
+from tests.helpers import VirtualTime
 
 
 def _sets(delay: float, shape: str) -> list[str]:
@@ -21,7 +24,7 @@ def _sets(delay: float, shape: str) -> list[str]:
         "trainer.max_epochs=2",
         "trainer.limit_val_batches=2",
         "test=false",
-        "callbacks.profiling._target_=tests.helpers.VirtualClockProfiling",
+        "callbacks.profiling._target_=tests.test_profiling.VirtualClockProfiling",
     ]
 
 
@@ -61,3 +64,8 @@ def test_off_means_no_profiler(make_cfg, tmp_path):
     assert callback.enabled is False
     train(cfg)
     assert not (tmp_path / "run" / "profile").exists()
+
+
+class VirtualClockProfiling(Profiling):
+    def now(self) -> float:
+        return time.perf_counter() + VirtualTime.extra

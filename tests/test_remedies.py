@@ -7,11 +7,13 @@ import csv
 import json
 
 import pytest
+import torch
+from lightning.pytorch import Callback
 
 from tests.helpers import run_inproc
 
-OOM = ["+callbacks.oom._target_=tests.helpers.OomAbove", "+callbacks.oom.max_batch=16"]
-NAN = ["+callbacks.nan._target_=tests.helpers.NanAboveLr", "+callbacks.nan.max_lr=0.05"]
+OOM = ["+callbacks.oom._target_=tests.test_remedies.OomAbove", "+callbacks.oom.max_batch=16"]
+NAN = ["+callbacks.nan._target_=tests.test_remedies.NanAboveLr", "+callbacks.nan.max_lr=0.05"]
 
 
 def _rows(sweep) -> dict[str, dict]:
@@ -80,7 +82,7 @@ def test_the_cpu_allocators_out_of_memory_halves_the_batch_too(tmp_path, data_di
     run = tmp_path / "r"
     res = run_inproc(
         "-m", "experiments.train", "data.batch_size=64", "debug=limit", "logger=none",
-        "+callbacks.oom._target_=tests.helpers.OomAbove", "+callbacks.oom.allocator=true",
+        "+callbacks.oom._target_=tests.test_remedies.OomAbove", "+callbacks.oom.allocator=true",
         "+callbacks.oom.max_batch=16", f"paths.data_dir={data_dir}", f"hydra.run.dir={run}",
         cwd=tmp_path,
     )  # fmt: skip
@@ -105,3 +107,34 @@ def test_what_counts_as_out_of_memory():
     assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate"))
     assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     assert not is_out_of_memory(ValueError("can't allocate memory"))  # not an allocator's
+
+
+class OomAbove(Callback):
+    """Out of memory for a training batch above ``max_batch``: torch's CUDA error, faked on a
+    CPU; or, with ``allocator``, the CPU allocator's real error for a request of 1 PiB."""
+
+    def __init__(self, max_batch: int, allocator: bool = False) -> None:
+        self.max_batch, self.allocator = max_batch, allocator
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch[0].shape[0] <= self.max_batch:
+            return
+        if self.allocator:
+            torch.empty(2**50, dtype=torch.uint8)  # more than any address space
+        raise torch.OutOfMemoryError(
+            f"CUDA out of memory (simulated): batch of {batch[0].shape[0]} > {self.max_batch}"
+        )
+
+
+class NanAboveLr(Callback):
+    """NaN weights (so a NaN loss) while the learning rate is above ``max_lr``: what too high
+    a learning rate does, made certain."""
+
+    def __init__(self, max_lr: float, at_step: int = 2) -> None:
+        self.max_lr, self.at_step = max_lr, at_step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        lr = trainer.optimizers[0].param_groups[0]["lr"]
+        if trainer.global_step == self.at_step and lr > self.max_lr:
+            with torch.no_grad():
+                next(pl_module.net.parameters()).fill_(float("nan"))

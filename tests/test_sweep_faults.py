@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from lightning.pytorch import Callback
 
+from experiments.errors import UserError
 from tests.helpers import run_cli, run_inproc
 
 
@@ -82,7 +84,7 @@ def test_a_killed_joblib_sweep_takes_its_workers_with_it(tmp_path, data_dir):
 
 GRID = [
     "-m", "experiments.train", "-m", "debug=fast", "logger=none",
-    "+callbacks.refuse._target_=tests.helpers.RefuseValue",
+    "+callbacks.refuse._target_=tests.test_sweep_faults.RefuseValue",
     "+callbacks.refuse.value=1,2,3", "+callbacks.refuse.refused=2",
 ]  # fmt: skip
 
@@ -167,3 +169,12 @@ def test_a_recorded_failure_is_passed_over_by_hydras_sweepers():
         _ = ret.return_value
     as_recorded_failure(ret)
     assert ret.status == JobStatus.COMPLETED and ret.return_value is None
+
+
+class RefuseValue(Callback):
+    """A callback whose ``value`` may not be ``refused``: a one-line user error that only
+    the grid job with that value meets, as it builds its callbacks."""
+
+    def __init__(self, value: int, refused: int) -> None:
+        if value == refused:
+            raise UserError(f"callbacks.refuse.value={value} is not valid: expected not {refused}")

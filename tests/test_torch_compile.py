@@ -10,6 +10,7 @@ from experiments.callbacks import TorchCompile
 from experiments.runs.layout import RunDir
 from experiments.runs.weights import load_state_dict_file, safe_load
 from experiments.training.pipeline import train
+from tests.helpers import SlowNet
 
 
 def _compile_callback(cfg, monkeypatch) -> list[TorchCompile]:
@@ -53,7 +54,7 @@ def test_data_dependent_branch_is_reported_as_a_graph_break(make_cfg, monkeypatc
             "compile=true",
             "callbacks.compile.backend=eager",
             "debug=fast",
-            "model.net._target_=tests.helpers.BranchyNet",
+            "model.net._target_=tests.test_torch_compile.BranchyNet",
             "~model.net.hidden_sizes",
             "~model.net.dropout",
         )
@@ -70,3 +71,11 @@ def test_compile_failure_warns_and_trains_in_eager(make_cfg, monkeypatch, caplog
     assert not seen[0].compiled
     assert "training continues in eager" in caplog.text
     assert metrics["train/loss"] > 0
+
+
+class BranchyNet(SlowNet):
+    """A net with a data-dependent ``if``: torch.compile must break the graph there."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = super().forward(x)
+        return h * 2 if h.sum() > 0 else h  # depends on the values: Dynamo cannot trace it

@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
+from lightning.pytorch import Callback
 
 from tests.helpers import REPO, run_inproc
 
@@ -80,7 +82,7 @@ def test_a_disk_filling_mid_run_keeps_the_checkpoint_and_resume_finishes(tmp_pat
     with tmpfs(tmp_path / "disk", "32m") as disk:
         run = disk / "run"
         fill = [
-            "+callbacks.fill._target_=tests.helpers.FillDiskOnce",
+            "+callbacks.fill._target_=tests.test_unwritable.FillDiskOnce",
             "+callbacks.fill.epoch=1",
             f"+callbacks.fill.ballast={disk / 'ballast'}",
             f"+callbacks.fill.marker={tmp_path / 'filled'}",
@@ -97,8 +99,25 @@ def test_a_disk_filling_mid_run_keeps_the_checkpoint_and_resume_finishes(tmp_pat
         (disk / "ballast").unlink()  # space freed
         res = run_inproc(
             "-m", "experiments.train", f"resume={run}", cwd=tmp_path,
-            env_extra={"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.helpers"},
+            env_extra={"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.test_unwritable"},
         )  # fmt: skip
         assert res.returncode == 0, res.stderr[-3000:]
         metrics = json.loads((run / "metrics.json").read_text())
         assert metrics["epochs"] == 3 and "test/acc" in metrics
+
+
+class FillDiskOnce(Callback):
+    """At the start of training epoch ``epoch``, the first time only (``marker``), writes
+    ``ballast`` until its file system is full: a disk that fills up mid-run."""
+
+    def __init__(self, epoch: int, ballast: str, marker: str) -> None:
+        self.epoch, self.ballast, self.marker = epoch, ballast, marker
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch != self.epoch or Path(self.marker).exists():
+            return
+        Path(self.marker).touch()
+        with contextlib.suppress(OSError), open(self.ballast, "wb") as f:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
