@@ -99,7 +99,7 @@ def test_a_disk_filling_mid_run_keeps_the_checkpoint_and_resume_finishes(tmp_pat
         (disk / "ballast").unlink()  # space freed
         res = run_inproc(
             "-m", "experiments.train", f"resume={run}", cwd=tmp_path,
-            env_extra={"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": "tests.test_unwritable"},
+            env_extra={"PYTHONPATH": str(REPO), "EXPERIMENTS_TRUSTED_MODULES": __name__},
         )  # fmt: skip
         assert res.returncode == 0, res.stderr[-3000:]
         metrics = json.loads((run / "metrics.json").read_text())
