@@ -197,7 +197,7 @@ def test_flip_tta_averages_an_image_and_its_mirror(run_copy, tmp_path):
     the plain scores; the views are exact (the mirror of the mirror is the image)."""
     import torch
 
-    from experiments.evaluation.saved_run import tta_views
+    from experiments.models.tta import tta_views
 
     x = torch.arange(2 * 1 * 3 * 4, dtype=torch.float32).view(2, 1, 3, 4)
     plain, mirror = tta_views("flip")(x)

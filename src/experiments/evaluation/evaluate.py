@@ -13,9 +13,10 @@ import torch
 from experiments.analysis.calibration import expected_calibration_error, reliability_diagram
 from experiments.console import resume_gc, route_lightning_logs
 from experiments.errors import UserError
-from experiments.evaluation.saved_run import SavedRun, tta_views
+from experiments.evaluation.saved_run import SavedRun
 from experiments.models.losses import class_prior
 from experiments.models.metrics import run_test, summarize
+from experiments.models.tta import tta_views
 from experiments.runs.files import read_json_object, write_json
 from experiments.runs.layout import RunDir
 from experiments.training.model_card import checkpoint_label, evaluations
@@ -42,7 +43,7 @@ def evaluate(
             ``posthoc_tau * log(class prior of the train split)`` (post-hoc logit
             adjustment, Menon et al., 2021).
         tta: ``flip`` or ``flip_translate``: also report ``test/tta/<metric>`` on the mean
-            softmax over the views (``saved_run.tta_views``).
+            softmax over the views (``models.tta.tta_views``).
 
     Returns:
         The test metrics (``test/acc``, ``test/loss``, ...) as floats.

@@ -16,7 +16,8 @@ from experiments.console import resume_gc
 from experiments.data.datasets import leads_outside
 from experiments.data.tabular import read_features
 from experiments.errors import UserError
-from experiments.evaluation.saved_run import SavedRun, tta_views
+from experiments.evaluation.saved_run import SavedRun
+from experiments.models.tta import TTA, tta_views
 from experiments.recorded.folder import check_output
 from experiments.runs.files import atomic_write
 from experiments.runs.layout import sidecar_of
@@ -27,7 +28,6 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 COLUMNS = ("file", "predicted", "probability")
 ROW_COLUMNS = ("row", "predicted")  # regression: one value per data row, in file order
 MASK_COLUMNS = ("file", "mask", "classes")  # segmentation: the PNG written, classes in it
-TTA = ("none", "flip", "flip_translate")  # saved_run.tta_views' modes
 
 
 def predict(
@@ -65,7 +65,7 @@ def predict(
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
         overrides: ``key=value`` changes to the run's config (keys must exist).
         tta: ``flip`` or ``flip_translate`` (a classifier only): each image's probabilities
-            are the mean softmax over its views (``saved_run.tta_views``), as eval's
+            are the mean softmax over its views (``models.tta.tta_views``), as eval's
             ``test/tta/*``; ``none`` predicts from the image alone.
 
     Returns:
