@@ -31,7 +31,8 @@ import sys
 from pathlib import Path
 
 from experiments.analysis.significance import t_quantile_975
-from experiments.evaluation.saved_run import SavedRun, tta_views
+from experiments.evaluation.saved_run import SavedRun
+from experiments.models.tta import tta_views
 from experiments.runs.checkpoint_io import load_full_checkpoint
 from experiments.runs.files import read_json_object
 from experiments.runs.layout import RunDir
