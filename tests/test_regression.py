@@ -183,6 +183,12 @@ def test_diabetes_trains_and_evals_through_the_cli(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     evaluated = read_json_object(RunDir(run).eval_metrics)
     assert evaluated["test/mae"] == pytest.approx(trained["test/mae"], rel=1e-6)
+    # its full checkpoint is plain data (hidden_sizes a list, not a ListConfig): it resumes
+    res = run_inproc(
+        "-m", "experiments.train", f"resume={run}", "trainer.max_epochs=4", cwd=tmp_path
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert read_json_object(RunDir(run).metrics)["epochs"] == 4
 
 
 def test_a_nan_target_through_the_cli_is_one_line(tmp_path):

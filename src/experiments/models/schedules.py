@@ -47,11 +47,16 @@ def one_cycle(
     final_div_factor: float = 1e4,
 ) -> OneCycleLR:
     """torch's one-cycle schedule peaking at the optimizer's lr after ``warmup_epochs``."""
+    pct = max(_warmup_share(warmup_epochs, total_epochs), 1e-3)
+    # torch's warm-up ends at step pct * total_steps - 1 and divides by that length: a
+    # warm-up of exactly one step (6 steps, 1/6 of them) was a ZeroDivisionError. Two steps
+    # at least, and one left for the descent (a few-step run: debug=fast, limits)
+    pct = min(max(pct, 2 / total_steps), 1 - 1 / total_steps) if total_steps > 2 else 0.75
     return OneCycleLR(
         optimizer,
         max_lr=[group["lr"] for group in optimizer.param_groups],
         total_steps=total_steps,
-        pct_start=max(_warmup_share(warmup_epochs, total_epochs), 1e-3),
+        pct_start=pct,
         div_factor=div_factor,
         final_div_factor=final_div_factor,
     )

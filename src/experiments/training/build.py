@@ -41,7 +41,11 @@ def datamodule_and_model(cfg: DictConfig):
     datamodule.prepare_data()
     datamodule.setup("fit")
     if "net" not in cfg.model:
-        return datamodule, instantiate(cfg.model, **optimizer_partials(cfg))
+        # plain lists and dicts, not ListConfig/DictConfig: what a module saves with
+        # save_hyperparameters goes into its full checkpoint, which resume loads as plain
+        # data only (a ListConfig there made a regression run's last.ckpt unloadable)
+        module = instantiate(cfg.model, **optimizer_partials(cfg), _convert_="all")
+        return datamodule, module
     net = instantiate(
         cfg.model.net, in_shape=datamodule.input_shape, num_classes=datamodule.num_classes
     )
