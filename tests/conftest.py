@@ -50,8 +50,7 @@ def trained_run(tmp_path_factory, data_dir) -> Path:
 # keeps one worker busy while the other has nothing left to do (the order only; the
 # durations of ``make test``'s --durations report show which files these are).
 LONGEST_FIRST = ("test_ray.py", "test_sweeps.py", "test_docs_commands_guides.py", "test_bench.py",
-                 "test_slurm.py", "test_reliability.py", "test_distributed.py",
-                 "test_reproduce.py", "test_own_task.py", "test_gpu_script.py")  # fmt: skip
+                 "test_slurm.py")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items) -> None:
