@@ -208,14 +208,19 @@ class Command:
         return importlib.import_module(self.worker).command(typed, overrides)
 
 
+# models.tta.TTA's modes, spelled here too: that module imports torch, this one must not
 TTA = ("none", "flip", "flip_translate")
+
+
+def _check_tta(options: dict) -> None:
+    if options["tta"] not in TTA:
+        raise UserError(f"tta={options['tta']!r} is not valid; use one of {', '.join(TTA)}")
 
 
 def _evaluate_options(options: dict) -> dict:
     """eval's posthoc_tau a float, None when not given; tta one of ``TTA``."""
     tau = options["posthoc_tau"]
-    if options["tta"] not in TTA:
-        raise UserError(f"tta={options['tta']!r} is not valid; use one of {', '.join(TTA)}")
+    _check_tta(options)
     try:
         return {**options, "posthoc_tau": float(tau) if tau else None}
     except ValueError:
@@ -224,8 +229,7 @@ def _evaluate_options(options: dict) -> dict:
 
 def _predict_options(options: dict) -> dict:
     """predict's tta one of ``TTA``."""
-    if options["tta"] not in TTA:
-        raise UserError(f"tta={options['tta']!r} is not valid; use one of {', '.join(TTA)}")
+    _check_tta(options)
     return options
 
 
