@@ -140,6 +140,10 @@ def test_keys_left_for_an_option_that_is_not_chosen_are_one_line(make_cfg):
     assert str(info.value).startswith("scheduler has scheduler.warmup_epochs but no _target_")
     schema.check(make_cfg("experiment=finetune", "scheduler=none", "data.csv_file=a.csv",
                           "data.image_dir=imgs"))  # fmt: skip
+    # docs/recipes.md's way to switch a speedrun's schedule off: every key dropped is none
+    cfg = make_cfg("experiment=speedrun_mnist", "scheduler=none", "~scheduler.warmup_epochs")
+    schema.check(cfg)
+    assert not cfg.get("scheduler")
 
 
 def test_a_sweep_binds_its_first_job_before_any_job_starts(tmp_path, monkeypatch, data_dir):

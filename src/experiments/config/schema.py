@@ -200,10 +200,11 @@ def check(cfg: DictConfig) -> None:
 
 def _objects_have_targets(plain: dict) -> None:
     """``experiment=finetune scheduler=none`` left ``scheduler: {warmup_epochs: 1}``: keys the
-    experiment sets for an option the command line replaced. One line, not a traceback."""
+    experiment sets for an option the command line replaced. One line, not a traceback. An
+    empty one (``scheduler=none ~scheduler.warmup_epochs``: every such key dropped) is none."""
     for section in BUILT:
         node = plain.get(section)
-        if isinstance(node, dict) and "_target_" not in node:
+        if isinstance(node, dict) and node and "_target_" not in node:
             keys = ", ".join(f"{section}.{k}" for k in node)
             raise UserError(
                 f"{section} has {keys} but no _target_: these keys belong to a {section} "
