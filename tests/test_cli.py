@@ -105,23 +105,24 @@ def test_help_lists_every_group_and_option_without_composing_or_importing_torch(
     assert "--hydra-help" in res.stdout
 
 
-def test_a_single_run_composes_its_config_once_and_hydra_writes_the_run_dir(tmp_path, data_dir):
+def test_a_single_run_composes_its_config_once_and_hydra_writes_the_run_dir(
+    tmp_path, data_dir, monkeypatch
+):
     # @hydra.main composes twice (mode, then run) and the pre-check once more; a plain run
     # is composed once by the check and handed to Hydra's job runner
-    code = (
-        "import sys\nfrom hydra._internal.hydra import Hydra\ncalls = []\n"
-        "compose = Hydra.compose_config\n"
-        "def counted(self, *a, **k):\n    calls.append(k.get('run_mode'))\n"
-        "    return compose(self, *a, **k)\n"
-        "Hydra.compose_config = counted\n"
-        "from experiments.train import main as cli\n"
-        f"sys.argv = ['train', 'debug=fast', 'paths.data_dir={data_dir}', "
-        "'hydra.run.dir=run']\n"
-        "cli()\nprint('compositions', len(calls))\n"
-    )
-    res = run_process([sys.executable, "-c", code], cwd=tmp_path)
+    from hydra._internal.hydra import Hydra
+
+    calls, compose = [], Hydra.compose_config
+
+    def counted(self, *a, **k):
+        calls.append(k.get("run_mode"))
+        return compose(self, *a, **k)
+
+    monkeypatch.setattr(Hydra, "compose_config", counted)
+    res = run_inproc("-m", "experiments.train", "debug=fast", f"paths.data_dir={data_dir}",
+                     "hydra.run.dir=run", cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.strip().splitlines()[-1] == "compositions 1"
+    assert len(calls) == 1, calls
     run = tmp_path / "run"
     assert json.loads((run / "metrics.json").read_text())["run_dir"] == str(run.resolve())
     from omegaconf import OmegaConf

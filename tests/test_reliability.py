@@ -79,7 +79,10 @@ def _data(*, signal_at: int | None = None, signum: int = signal.SIGTERM) -> list
 @pytest.mark.slow
 def test_sigterm_mid_epoch_saves_exits_143_and_resumes_exactly(tmp_path, data_dir):
     common = [*EXACT, f"paths.data_dir={data_dir}"]
-    assert _cli(tmp_path, *common, *_data(), "hydra.run.dir=A").returncode == 0
+    # the uninterrupted reference in-process; the signalled run and its resume are processes
+    ref = run_inproc("-m", "experiments.train", *common, *_data(), "hydra.run.dir=A",
+                     cwd=tmp_path, env_extra=ENV)  # fmt: skip
+    assert ref.returncode == 0, ref.stderr[-2000:]
     res = _cli(tmp_path, *common, *_data(signal_at=30), "hydra.run.dir=B")
     assert res.returncode == 143, res.stderr[-2000:]
     assert "resume with: python -m experiments.train resume=" in res.stdout + res.stderr
@@ -87,7 +90,7 @@ def test_sigterm_mid_epoch_saves_exits_143_and_resumes_exactly(tmp_path, data_di
     assert data_position(tmp_path / "B/checkpoints/last.ckpt") == {"epoch": 1, "batches": 13}
     assert _load(tmp_path / "B/checkpoints/last.ckpt")["global_step"] == 30
     assert not (tmp_path / "B" / "metrics.json").exists()
-    res = _cli(tmp_path, "resume=B")
+    res = run_inproc("-m", "experiments.train", "resume=B", cwd=tmp_path, env_extra=ENV)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "resuming mid-epoch: epoch 2 after its first 13 batches" in res.stdout + res.stderr
     assert_same_training_state(
@@ -176,7 +179,10 @@ def test_sigkill_during_training_then_resume_finishes(tmp_path, data_dir):
     res = _cli(tmp_path, *args, "hydra.run.dir=K")
     assert res.returncode == -signal.SIGKILL  # no checkpoint at the kill: epoch 0's is kept
     assert _load(tmp_path / "K/checkpoints/last.ckpt")["global_step"] == 17
-    res = _cli(tmp_path, "resume=K", "callbacks.signal_at.step=-1")  # not killed again
+    res = run_inproc(  # not killed again
+        "-m", "experiments.train", "resume=K", "callbacks.signal_at.step=-1", cwd=tmp_path,
+        env_extra=ENV,
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     metrics = json.loads((tmp_path / "K" / "metrics.json").read_text())
     assert metrics["epochs"] == 3

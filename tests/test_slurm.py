@@ -156,45 +156,6 @@ def reference(slurm_cluster, data_dir, tmp_path_factory):  # noqa: F811
 # -- sweeps through submitit ----------------------------------------------------------
 
 
-def test_sweep_runs_each_job_as_a_slurm_job(slurm_cluster, tmp_path, data_dir):  # noqa: F811
-    log_dir = tmp_path / "outputs"
-    cmd = _train(
-        data_dir,
-        log_dir,
-        "-m",
-        "hydra/launcher=submitit_slurm",
-        f"hydra.launcher.partition={slurm_cluster.partition}",
-        "hydra.launcher.timeout_min=15",
-        "hydra.launcher.cpus_per_task=1",
-        "hydra.launcher.mem_gb=1",
-        "trainer.max_epochs=2",
-        "optimizer.lr=0.01,0.1",
-    )
-    res = _run(cmd, tmp_path, _env(slurm_cluster))
-    sweep = _sweep_dir(log_dir)
-    assert res.returncode == 0, f"{res.stderr[-3000:]}\n{_submitit_logs(sweep)}"
-
-    # submitit ran an array job of 2 tasks, each a SLURM job that completed on our partition
-    job_ids = _array_tasks(sweep)
-    assert len(job_ids) == 2, list((sweep / ".submitit").iterdir())
-    for job_id in job_ids:
-        # submitit returns once the result file exists; the job may still be exiting
-        job = slurm_cluster.wait_job(job_id)
-        assert job["JobState"] == "COMPLETED", slurm_cluster.describe(job_id)
-        assert job["Partition"] == slurm_cluster.partition
-    # and each job dir was written by one of those SLURM jobs
-    raw_ids = {slurm_cluster.job(j)["JobId"] for j in job_ids}
-    for num in ("0", "1"):
-        assert (sweep / num / "metrics.json").is_file(), _submitit_logs(sweep)
-        env = json.loads((sweep / num / "env.json").read_text())
-        assert env["slurm_job_id"] in raw_ids, (env["slurm_job_id"], raw_ids)
-
-    rows = _summary(sweep)
-    assert sorted(r["job"] for r in rows) == ["0", "1"]
-    assert all(r["status"] == "ok" for r in rows), rows
-    assert len(_md_rows(sweep)) == 2, (sweep / "summary.md").read_text()
-
-
 def test_failed_slurm_job_is_reported_and_the_other_finishes(
     slurm_cluster,  # noqa: F811
     tmp_path,
@@ -238,7 +199,7 @@ def test_failed_slurm_job_is_reported_and_the_other_finishes(
         assert slurm_cluster.wait_job(job_id)["JobState"] == "COMPLETED", logs
 
 
-def test_a_module_of_your_own_sweeps_as_slurm_jobs(slurm_cluster, tmp_path):  # noqa: F811
+def test_a_sweep_runs_each_job_as_a_slurm_job_even_of_your_own_module(slurm_cluster, tmp_path):  # noqa: F811
     # docs/own_task.md's package, importable in the jobs through PYTHONPATH, as it says
     _, own = guide_project(tmp_path)
     env = {**_env(slurm_cluster), **own}
@@ -251,9 +212,24 @@ def test_a_module_of_your_own_sweeps_as_slurm_jobs(slurm_cluster, tmp_path):  # 
     ]  # fmt: skip
     res = _run(cmd, tmp_path, env)
     assert res.returncode == 0, f"{res.stderr[-3000:]}\n{_submitit_logs(sweep)}"
-    assert len(_array_tasks(sweep)) == 2
+
+    # submitit ran an array job of 2 tasks, each a SLURM job that completed on our partition
+    job_ids = _array_tasks(sweep)
+    assert len(job_ids) == 2, list((sweep / ".submitit").iterdir())
+    for job_id in job_ids:
+        # submitit returns once the result file exists; the job may still be exiting
+        job = slurm_cluster.wait_job(job_id)
+        assert job["JobState"] == "COMPLETED", slurm_cluster.describe(job_id)
+        assert job["Partition"] == slurm_cluster.partition
+    # and each job dir was written by one of those SLURM jobs
+    raw_ids = {slurm_cluster.job(j)["JobId"] for j in job_ids}
+    for num in ("0", "1"):
+        assert (sweep / num / "metrics.json").is_file(), _submitit_logs(sweep)
+        job_env = json.loads((sweep / num / "env.json").read_text())
+        assert job_env["slurm_job_id"] in raw_ids, (job_env["slurm_job_id"], raw_ids)
     rows = _summary(sweep)
     assert [r["status"] for r in rows] == ["ok", "ok"], rows
+    assert len(_md_rows(sweep)) == 2, (sweep / "summary.md").read_text()
     values = [float(r["val/mae"]) for r in rows]
     assert values == sorted(values), rows  # its own metric, lower ranked first
 
