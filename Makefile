@@ -69,19 +69,21 @@ lock-tools: $(TOOLS)/.installed
 train: install
 	@$(PY) -m experiments.train $(ARGS)
 
-# two workers: most tests wait on subprocess start-up and Python-bound loops, not both cores;
-# one file per worker at a time, so the SLURM tests (one cluster, one set of ports) share one
-# one intra-op thread per process: two workers already fill the two cores, and torch's default
-# (a thread per core in every process) oversubscribes them: 490 s instead of 605 s, same tests
+# three workers on the two cores: the suite waits more than it computes (subprocess start-up,
+# SLURM and Ray scheduling, sockets). Measured here, idle machine, the same 997 tests: -n 3
+# 505 s wall (858 CPU s, 168% of the cores) against 733-764 s with -n 2. One file per worker
+# at a time (--dist loadfile), so a file's module fixtures (the SLURM cluster, the Ray
+# cluster) are made once. One intra-op thread per process: torch's default (a thread per core
+# in every process) oversubscribes the cores (with -n 2: 605 s instead of 490 s, same tests).
 test: install weights
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadfile --durations=15 $(ARGS)
 
 # the suite on a loaded machine: a busy process per core for as long as it runs
 test-stress: install
 	$(PY) scripts/cpu_hog.py -- $(MAKE) --no-print-directory test ARGS='$(ARGS)'
 
 test-fast: install weights
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -m "not slow" $(ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadfile -m "not slow" $(ARGS)
 
 # the compat tests and a short train/resume/Optuna-sweep/eval run in separate venvs that hold one
 # other release each (oldest/newest allowed lightning, optuna 4.x/5.x, hydra-core 1.3.x/1.4.0rc);
