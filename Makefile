@@ -71,7 +71,8 @@ train: install
 
 # three workers on the two cores: the suite waits more than it computes (subprocess start-up,
 # SLURM and Ray scheduling, sockets). Measured here, idle machine, the same 997 tests: -n 3
-# 505 s wall (858 CPU s, 168% of the cores) against 733-764 s with -n 2. One file per worker
+# 505 s wall (858 CPU s, 168% of the cores) against 733-764 s with -n 2 and 535 s with -n 4
+# (there the tests compete: 1,972 test-seconds against 1,425). One file per worker
 # at a time (--dist loadfile), so a file's module fixtures (the SLURM cluster, the Ray
 # cluster) are made once. One intra-op thread per process: torch's default (a thread per core
 # in every process) oversubscribes the cores (with -n 2: 605 s instead of 490 s, same tests).
