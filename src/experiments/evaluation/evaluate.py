@@ -18,8 +18,8 @@ from experiments.models.losses import class_prior
 from experiments.models.metrics import run_test, summarize
 from experiments.models.tta import tta_views
 from experiments.runs.files import read_json_object, write_json
-from experiments.runs.layout import RunDir
-from experiments.training.model_card import checkpoint_label, evaluations
+from experiments.runs.layout import RunDir, checkpoint_label
+from experiments.training.model_card import evaluations
 
 log = logging.getLogger(__name__)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -17,6 +18,7 @@ import torch
 from omegaconf import OmegaConf
 from torchvision.transforms import v2
 
+from experiments.analysis.calibration import T_RANGE
 from experiments.callbacks.state_dict_checkpoint import exported
 from experiments.config.schema import check
 from experiments.data.datasets import read_image
@@ -30,17 +32,15 @@ from experiments.recorded.folder import (
     load_run_config,
     read_sidecar,
     resolved,
+    resolved_keys,
     split_trust,
 )
 from experiments.runs import manifest
-from experiments.runs.layout import RunDir, sidecar_epoch, sidecar_of
+from experiments.runs.files import read_json_object
+from experiments.runs.layout import RunDir, checkpoint_label, own_role, sidecar_epoch, sidecar_of
 from experiments.runs.weights import load_state_dict_file
 from experiments.training.build import cluster_plugins, model_extras
-from experiments.training.model_card import (
-    applied_temperature,
-    checkpoint_name,
-    write_model_card,
-)
+from experiments.training.model_card import write_model_card
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +100,8 @@ class SavedRun:
             raise UserError(f"{self.layout.saved_config} has no data or model section")
         if "net" in self.model_cfg and not isinstance(self.model_cfg["net"], dict):
             raise UserError(f"{self.layout.saved_config} has no model.net section")
-        self.trainer_cfg = self._trainer_keys()
+        self.trainer_cfg = resolved_keys(self.cfg, "trainer", TRAINER_KEYS)
         self._check()
-
-    def _trainer_keys(self) -> dict:
-        saved = OmegaConf.to_container(self.cfg, resolve=False).get("trainer")
-        saved = saved if isinstance(saved, dict) else {}
-        return {k: resolved(self.cfg, f"trainer.{k}") for k in TRAINER_KEYS if k in saved}
 
     def _check(self) -> None:
         """Everything that will be built, checked before any of it is."""
@@ -155,8 +150,8 @@ class SavedRun:
 
     @property
     def ckpt_name(self) -> str:
-        """The checkpoint as run files record it (``model_card.checkpoint_name``)."""
-        return checkpoint_name(self.layout, self.ckpt)
+        """The checkpoint as run files record it (``RunDir.checkpoint_name``)."""
+        return self.layout.checkpoint_name(self.ckpt)
 
     @property
     def ckpt_epoch(self) -> int | None:
@@ -167,10 +162,56 @@ class SavedRun:
     def temperature(self) -> float | None:
         """The temperature ``experiments.calibrate`` fitted for this checkpoint, or None;
         logs the line that says whether and why it applies (``applied_temperature``)."""
-        temperature, note = applied_temperature(self.layout, self.ckpt)
+        temperature, note = self.applied_temperature()
         if note is not None:
             log.info("%s", note)
         return temperature
+
+    def applied_temperature(self) -> tuple[float | None, str | None]:
+        """The temperature ``experiments.calibrate`` saved for this checkpoint, and the one
+        line that says whether and why it is applied: ``(T, line)`` when it is, ``(None,
+        line)`` when a calibration exists but is not applied (kept T = 1, fitted for another
+        checkpoint or epoch), ``(None, None)`` when the run was never calibrated.
+
+        Raises:
+            UserError: a corrupt ``calibration.json``, or a temperature outside ``T_RANGE``
+                (one fitted before the range existed can turn every probability into 1.000).
+        """
+        path, layout = self.layout.calibration, self.layout
+        saved = read_json_object(path)
+        if not saved:
+            return None, None
+        t = saved.get("temperature")
+        number = isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
+        if not number or not T_RANGE[0] <= t <= T_RANGE[1]:
+            raise UserError(
+                f"{path}: temperature {str(t)[:40]} is not a number in [{T_RANGE[0]:g}, "
+                f"{T_RANGE[1]:g}] (a fit from before that bound?); run experiments-calibrate "
+                f"run_dir={layout.path} again, or delete the file"
+            )
+        name, now = self.ckpt_name, self.ckpt_epoch
+        fitted_for = saved.get("ckpt")
+        fitted_for = fitted_for if own_role(fitted_for) else layout.checkpoint_name(fitted_for)
+        epoch = saved.get("ckpt_epoch")
+        again = f"run experiments-calibrate run_dir={layout.path} ckpt=<it> to fit one"
+        if fitted_for != name:
+            return None, (
+                f"{path} was fitted for {fitted_for}, not {name}: probabilities are not "
+                f"temperature-scaled; {again}"
+            )
+        if isinstance(epoch, int) and now is not None and epoch != now:
+            return None, (
+                f"{path} was fitted for {name} at epoch {epoch}; it now holds epoch {now}: "
+                f"probabilities are not temperature-scaled; {again}"
+            )
+        if t == 1:
+            why = "".join(c if c.isprintable() else " " for c in str(saved.get("reason")))
+            why = why if len(why) <= 300 else why[:297] + "..."
+            return None, f"{path} keeps T = 1 ({why}): probabilities as trained"
+        return float(t), (
+            f"probabilities temperature-scaled: T = {t:.4g} from {path} (fitted on the "
+            f"validation split for {checkpoint_label(name, now if now is not None else epoch)})"
+        )
 
     def transform(self, key: str):
         """``data.<key>`` (e.g. ``eval_transform``) built from the vocabulary, or None."""

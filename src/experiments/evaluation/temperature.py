@@ -19,8 +19,7 @@ from experiments.analysis.calibration import (
 from experiments.errors import UserError
 from experiments.evaluation.saved_run import SavedRun
 from experiments.runs.files import write_json
-from experiments.runs.layout import CALIBRATION, RunDir
-from experiments.training.model_card import checkpoint_label
+from experiments.runs.layout import CALIBRATION, RunDir, checkpoint_label
 
 log = logging.getLogger(__name__)
 

@@ -185,6 +185,14 @@ def resolved(cfg: DictConfig, key: str) -> Any:
     return resolve(OmegaConf.to_container(cfg, resolve=False), key, "the run's config")
 
 
+def resolved_keys(cfg: DictConfig, section: str, keys: Iterable[str]) -> dict[str, Any]:
+    """Those of ``keys`` that ``cfg[section]`` sets, each ``resolved``; the rest of the
+    section is never read."""
+    saved = OmegaConf.to_container(cfg, resolve=False).get(section)
+    saved = saved if isinstance(saved, dict) else {}
+    return {k: resolved(cfg, f"{section}.{k}") for k in keys if k in saved}
+
+
 def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
     """``best`` / ``last`` -> the run's ``checkpoints/<name>.safetensors`` (an older run's
     ``<name>.pt``: ``RunDir.best_weights`` / ``last_weights``); else a file path.

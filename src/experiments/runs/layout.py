@@ -89,6 +89,28 @@ def weights_role(path: str | Path) -> str | None:
     return None
 
 
+def own_role(name: object) -> str | None:
+    """``best`` / ``last`` for a name ``RunDir.checkpoint_name`` gives the run's own weights
+    (a bare file name), else None (a path: a file from elsewhere)."""
+    if not isinstance(name, str) or "/" in name or "\\" in name:
+        return None
+    return weights_role(name)
+
+
+def checkpoint_label(name: object, epoch: object) -> str:
+    """A checkpoint as people read it: ``best.safetensors (selected epoch 3)``,
+    ``last.safetensors (last epoch 5)``, ``<file> (epoch 2)``; ``not recorded`` when the
+    epoch is unknown."""
+    known = isinstance(epoch, int) and not isinstance(epoch, bool)
+    at = str(epoch) if known else "not recorded"
+    role = own_role(name)
+    if role == "best":
+        return f"{name} (selected epoch {at})"
+    if role == "last":
+        return f"{name} (last epoch {at})"
+    return f"{name} (epoch {at})"
+
+
 def checkpoint_files(checkpoints: Path) -> list[Path]:
     """The weights files and their sidecars that exist, best first (what trackers upload)."""
     files = []
@@ -182,6 +204,21 @@ class RunDir:
     def weights(self, role: str) -> Path:
         """``best_weights`` or ``last_weights`` by ``role`` (one of ``WEIGHTS_ROLES``)."""
         return weights_file(self.checkpoints, role)
+
+    def checkpoint_name(self, path: object) -> str:
+        """The run's own weights by file name (``best.safetensors``, ``last.safetensors``, an
+        older run's ``best.pt``), anything else by its full path (``?`` for what is not a
+        path): how run files record a checkpoint."""
+        if not isinstance(path, str | Path):
+            return "?"
+        try:
+            resolved = Path(path).resolve()
+            for own in (self.best_weights, self.last_weights):
+                if resolved == own.resolve():
+                    return own.name
+            return str(resolved)
+        except (OSError, ValueError, RuntimeError):
+            return "?"
 
     @property
     def manifest(self) -> Path:

@@ -16,17 +16,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.calibration import T_RANGE
 from experiments.errors import UserError
 from experiments.runs.files import atomic_write, read_json_object, read_yaml
 from experiments.runs.layout import (
     ENV,
     METRICS,
     RunDir,
+    checkpoint_label,
+    own_role,
     read_sidecar,
     sidecar_epoch,
-    sidecar_of,
-    weights_role,
 )
 from experiments.runs.notes import read_tags
 from experiments.secrets import redact_argv
@@ -73,92 +72,9 @@ def _num(value: Any, spec: str = ".4f") -> str:
     return "nan" if isinstance(value, float) else "?"
 
 
-def checkpoint_name(layout: RunDir, path: Any) -> str:
-    """The run's own weights by file name (``best.safetensors``, ``last.safetensors``, an
-    older run's ``best.pt``), anything else by its full path (``?`` for what is not a path):
-    how run files record a checkpoint."""
-    if not isinstance(path, str | Path):
-        return "?"
-    try:
-        resolved = Path(path).resolve()
-        for own in (layout.best_weights, layout.last_weights):
-            if resolved == own.resolve():
-                return own.name
-        return str(resolved)
-    except (OSError, ValueError, RuntimeError):
-        return "?"
-
-
-def _own_role(name: Any) -> str | None:
-    """``best`` / ``last`` for a name ``checkpoint_name`` gives the run's own weights."""
-    if not isinstance(name, str) or "/" in name or "\\" in name:
-        return None
-    return weights_role(name)
-
-
-def checkpoint_label(name: Any, epoch: Any) -> str:
-    """A checkpoint as people read it: ``best.safetensors (selected epoch 3)``,
-    ``last.safetensors (last epoch 5)``, ``<file> (epoch 2)``; ``not recorded`` when the
-    epoch is unknown."""
-    known = isinstance(epoch, int) and not isinstance(epoch, bool)
-    at = str(epoch) if known else "not recorded"
-    role = _own_role(name)
-    if role == "best":
-        return f"{name} (selected epoch {at})"
-    if role == "last":
-        return f"{name} (last epoch {at})"
-    return f"{name} (epoch {at})"
-
-
 def _label(name: Any, epoch: Any) -> str:
     """``checkpoint_label`` for the card: a name that is not ours came from a file."""
-    return checkpoint_label(name if _own_role(name) else md_code(name), epoch)
-
-
-def applied_temperature(layout: RunDir, ckpt: Path) -> tuple[float | None, str | None]:
-    """The temperature ``experiments.calibrate`` saved for checkpoint ``ckpt``, and the one
-    line that says whether and why it is applied: ``(T, line)`` when it is, ``(None, line)``
-    when a calibration exists but is not applied (kept T = 1, fitted for another checkpoint
-    or epoch), ``(None, None)`` when the run was never calibrated.
-
-    Raises:
-        UserError: a corrupt ``calibration.json``, or a temperature outside ``T_RANGE``
-            (one fitted before the range existed can turn every probability into 1.000).
-    """
-    path = layout.calibration
-    saved = read_json_object(path)
-    if not saved:
-        return None, None
-    t = saved.get("temperature")
-    number = isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
-    if not number or not T_RANGE[0] <= t <= T_RANGE[1]:
-        raise UserError(
-            f"{path}: temperature {str(t)[:40]} is not a number in [{T_RANGE[0]:g}, "
-            f"{T_RANGE[1]:g}] (a fit from before that bound?); run experiments-calibrate "
-            f"run_dir={layout.path} again, or delete the file"
-        )
-    name = checkpoint_name(layout, ckpt)
-    fitted_for = saved.get("ckpt")
-    fitted_for = fitted_for if _own_role(fitted_for) else checkpoint_name(layout, fitted_for)
-    epoch, now = saved.get("ckpt_epoch"), _epoch(read_sidecar(sidecar_of(ckpt)))
-    again = f"run experiments-calibrate run_dir={layout.path} ckpt=<it> to fit one"
-    if fitted_for != name:
-        return None, (
-            f"{path} was fitted for {fitted_for}, not {name}: probabilities are not "
-            f"temperature-scaled; {again}"
-        )
-    if isinstance(epoch, int) and now is not None and epoch != now:
-        return None, (
-            f"{path} was fitted for {name} at epoch {epoch}; it now holds epoch {now}: "
-            f"probabilities are not temperature-scaled; {again}"
-        )
-    if t == 1:
-        why = saved.get("reason")
-        return None, f"{path} keeps T = 1 ({_printable(why, 300)}): probabilities as trained"
-    return float(t), (
-        f"probabilities temperature-scaled: T = {t:.4g} from {path} (fitted on the validation "
-        f"split for {checkpoint_label(name, now if now is not None else epoch)})"
-    )
+    return checkpoint_label(name if own_role(name) else md_code(name), epoch)
 
 
 def _select(cfg: dict, dotted: str, default: Any = None) -> Any:
@@ -426,7 +342,7 @@ def evaluations(layout: RunDir) -> dict[str, dict]:
         return {str(k): v for k, v in kept.items() if isinstance(v, dict)}
     if not saved:
         return {}
-    name = saved.get("ckpt_name") or checkpoint_name(layout, saved.get("ckpt"))
+    name = saved.get("ckpt_name") or layout.checkpoint_name(saved.get("ckpt"))
     return {str(name): saved}
 
 
@@ -450,7 +366,7 @@ def _results(
         label = _label(best_name, now["best"]) if best else "the final weights (no checkpoint)"
         sections.append((label, metrics, f"the test at the end of training ({METRICS})"))
     for name, record in evaluated.items():
-        epoch, holds = record.get("ckpt_epoch"), now.get(_own_role(name) or "")
+        epoch, holds = record.get("ckpt_epoch"), now.get(own_role(name) or "")
         if isinstance(epoch, int) and holds is not None and epoch != holds:  # replaced since
             label = f"{name} as it was at epoch {_num(epoch, 'd')} (it now holds epoch {holds})"
         else:
@@ -517,7 +433,7 @@ def _calibration(layout: RunDir, saved: dict, best: dict, last: dict) -> list[st
     if not saved:
         return lines + ["Not temperature-scaled: run `experiments-calibrate run_dir=<run>`.", ""]
     name = saved.get("ckpt")
-    name = name if _own_role(name) else checkpoint_name(layout, name)
+    name = name if own_role(name) else layout.checkpoint_name(name)
     label = _label(name, saved.get("ckpt_epoch"))
     t, reason = saved.get("temperature"), saved.get("reason")
     lines.append(f"- for {label}, fitted on the validation split")
@@ -540,7 +456,7 @@ def _calibration(layout: RunDir, saved: dict, best: dict, last: dict) -> list[st
     warnings = saved.get("warnings")
     for warning in warnings if isinstance(warnings, list) else []:
         lines.append(f"- warning: {md_text(warning, 400)}")
-    now = {"best": _epoch(best), "last": _epoch(last)}.get(_own_role(name))
+    now = {"best": _epoch(best), "last": _epoch(last)}.get(own_role(name))
     fitted_at = saved.get("ckpt_epoch")
     if now is not None and isinstance(fitted_at, int) and fitted_at != now:
         lines.append(
@@ -569,7 +485,7 @@ def _export(layout: RunDir, report: dict) -> list[str]:
     lines = ["## Export", ""]
     for fmt, check in report.items():
         if isinstance(check, dict) and "pixel_agreement" in check:  # logits per pixel
-            name = check.get("ckpt_name") or checkpoint_name(layout, check.get("ckpt"))
+            name = check.get("ckpt_name") or layout.checkpoint_name(check.get("ckpt"))
             split = check.get("split") if check.get("split") in SPLITS else "?"
             lines.append(
                 f"- {md_text(fmt)}: {md_code(check.get('file'))} from "
@@ -581,7 +497,7 @@ def _export(layout: RunDir, report: dict) -> list[str]:
                 f"{_num(check.get('pixel_acc_torch'))})"
             )
         elif isinstance(check, dict):
-            name = check.get("ckpt_name") or checkpoint_name(layout, check.get("ckpt"))
+            name = check.get("ckpt_name") or layout.checkpoint_name(check.get("ckpt"))
             split = check.get("split", "test")
             split = split if split in SPLITS else "?"
             lines.append(
