@@ -29,6 +29,14 @@ def find_user_error(err: BaseException | None) -> UserError | None:
     return find_in_chain(err, lambda e: isinstance(e, UserError))
 
 
+def printable_line(value: object, limit: int) -> str:
+    """``value`` as text for one line of a message or a card: every character that is not
+    printable (a newline, a control, an escape) a space; cut to ``limit`` characters,
+    ``...`` marking the cut."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def one_line(err: BaseException, last: bool = False) -> str:
     """One non-empty line of ``err``'s text, without a leading ``UserError: ``.
 

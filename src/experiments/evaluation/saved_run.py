@@ -23,7 +23,7 @@ from experiments.callbacks.state_dict_checkpoint import exported
 from experiments.config.schema import check
 from experiments.data.datasets import read_image
 from experiments.data.normalization import normalize, read_stats, resolve_stats
-from experiments.errors import UserError, one_line
+from experiments.errors import UserError, one_line, printable_line
 from experiments.models.regression import RegressionModule
 from experiments.models.segmentation import SegmentationModule
 from experiments.recorded import allowlist
@@ -205,8 +205,7 @@ class SavedRun:
                 f"probabilities are not temperature-scaled; {again}"
             )
         if t == 1:
-            why = "".join(c if c.isprintable() else " " for c in str(saved.get("reason")))
-            why = why if len(why) <= 300 else why[:297] + "..."
+            why = printable_line(saved.get("reason"), 300)
             return None, f"{path} keeps T = 1 ({why}): probabilities as trained"
         return float(t), (
             f"probabilities temperature-scaled: T = {t:.4g} from {path} (fitted on the "

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from experiments.errors import UserError
+from experiments.errors import UserError, printable_line
 from experiments.runs.files import atomic_write, read_json_object, read_yaml
 from experiments.runs.layout import (
     ENV,
@@ -43,23 +43,18 @@ def md_text(value: Any, limit: int = 200) -> str:
     """``value`` as inline Markdown text that renders as exactly that text: control
     characters and newlines become spaces, HTML is escaped, Markdown punctuation is
     backslash-escaped (``|`` too, so a table cell cannot be split), at most ``limit`` chars."""
-    text = _printable(value, limit)
+    text = printable_line(value, limit)
     return _MARKUP.sub(r"\\\1", html.escape(text, quote=False))
 
 
 def md_code(value: Any, limit: int = 500) -> str:
     """``value`` as an inline code span: a fence longer than any run of backticks inside,
     so the span cannot be closed early (a code span's content is never HTML)."""
-    text = _printable(value, limit)
+    text = printable_line(value, limit)
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
     return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def _printable(value: Any, limit: int) -> str:
-    text = "".join(ch if ch.isprintable() else " " for ch in str(value))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _num(value: Any, spec: str = ".4f") -> str:
