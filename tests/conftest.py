@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,15 @@ def trained_run(tmp_path_factory, data_dir) -> Path:
     run = tmp_path_factory.mktemp("trained") / "outputs/train/runs/2025-01-01_00-00-00"
     run.parent.mkdir(parents=True)
     return train_cli(run, data_dir, "trainer.max_epochs=2", "logger=none")
+
+
+@pytest.fixture(scope="session")
+def few_images(data_dir, tmp_path_factory) -> Path:
+    """Every 30th digit image, in a folder of their own (what predict is given)."""
+    folder = tmp_path_factory.mktemp("few")
+    for name in sorted((data_dir / "digits" / "images").iterdir())[::30]:
+        shutil.copy(name, folder)
+    return folder
 
 
 # The longest test files start first: with ``--dist loadfile`` a long file started last

@@ -274,6 +274,14 @@ def write_run(path: Path, cfg: dict, metrics: dict, curve: list[float] | None = 
     return path
 
 
+def prediction_rows(path: Path) -> list[dict]:
+    """A classifier's ``predictions.csv`` as rows (its columns checked)."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == ["file", "predicted", "probability"]
+        return list(reader)
+
+
 def table_rows(md: str) -> list[list[str]]:
     """The cells of compare.md's table's group rows."""
     rows = [line for line in md.splitlines() if re.match(r"\| g\d", line)]

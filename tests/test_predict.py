@@ -15,29 +15,13 @@ from experiments.errors import UserError
 from experiments.evaluation.prediction import predict
 from experiments.predict import main
 from experiments.runs.layout import RunDir
-from tests.helpers import assert_one_line_error, edit_config, run_inproc
+from tests.helpers import assert_one_line_error, edit_config, prediction_rows, run_inproc
 
 
 @pytest.fixture(scope="session")
 def labels(data_dir) -> dict[str, str]:
     with open(data_dir / "digits" / "labels.csv", newline="") as f:
         return {row["filename"]: row["label"] for row in csv.DictReader(f)}
-
-
-@pytest.fixture(scope="session")
-def few_images(data_dir, tmp_path_factory) -> Path:
-    """Every 30th digit image, in a folder of their own."""
-    folder = tmp_path_factory.mktemp("few")
-    for name in sorted((data_dir / "digits" / "images").iterdir())[::30]:
-        shutil.copy(name, folder)
-    return folder
-
-
-def read_rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        assert reader.fieldnames == ["file", "predicted", "probability"]
-        return list(reader)
 
 
 def agreement(rows: list[dict], labels: dict[str, str]) -> float:
@@ -47,7 +31,7 @@ def agreement(rows: list[dict], labels: dict[str, str]) -> float:
 def test_folder_of_digits(trained_run, data_dir, labels):
     out = predict(trained_run, data_dir / "digits" / "images")
     assert out == trained_run / "predictions.csv"
-    rows = read_rows(out)
+    rows = prediction_rows(out)
     assert [r["file"] for r in rows] == sorted(labels)  # every image, sorted by name
     assert all(0.0 < float(r["probability"]) <= 1.0 for r in rows)
     assert {r["predicted"] for r in rows} <= {str(i) for i in range(10)}
@@ -70,14 +54,14 @@ def test_csv_relative_to_its_folder_with_other_sizes_and_modes(
         writer.writerow(["id", "filename"])
         writer.writerows((i, f"imgs/{n}") for i, n in enumerate(reversed(names)))
     out = predict(trained_run, folder / "batch.csv", output=tmp_path / "out.csv")
-    rows = read_rows(out)
+    rows = prediction_rows(out)
     assert [r["file"] for r in rows] == [f"imgs/{n}" for n in reversed(names)]  # CSV order
     assert agreement(rows, labels) >= 0.8
     assert all(math.isfinite(float(r["probability"])) for r in rows)
     # image_dir= moves the base the file names are relative to
     shutil.move(folder / "imgs", tmp_path / "moved")
     (folder / "batch.csv").write_text("filename\n" + "\n".join(names) + "\n")
-    rows2 = read_rows(
+    rows2 = prediction_rows(
         predict(
             trained_run,
             folder / "batch.csv",
@@ -92,10 +76,10 @@ def test_csv_relative_to_its_folder_with_other_sizes_and_modes(
 
 def test_without_sidecar_reads_shape_and_classes_from_the_data(trained_run, few_images, tmp_path):
     run = Path(shutil.copytree(trained_run, tmp_path / "run"))
-    with_sidecar = read_rows(predict(run, few_images, ckpt="last"))
+    with_sidecar = prediction_rows(predict(run, few_images, ckpt="last"))
     RunDir(run).manifest.unlink()  # an older run's layout: no manifest to refuse the change
     (run / "checkpoints" / "last.json").unlink()
-    without = read_rows(predict(run, few_images, ckpt="last"))
+    without = prediction_rows(predict(run, few_images, ckpt="last"))
     assert without == with_sidecar
 
 
@@ -140,7 +124,7 @@ def test_main_writes_predictions(trained_run, few_images, tmp_path, monkeypatch,
     monkeypatch.setattr("sys.argv", ["predict", *argv, "data.batch_size=7", "device=cpu"])
     main()
     shown = capsys.readouterr().out.strip().splitlines()
-    rows = read_rows(out)
+    rows = prediction_rows(out)
     assert len(rows) == len(list(few_images.iterdir()))
     # a small table of the first predictions, then how many and where
     assert shown[0].split() == ["file", "predicted", "probability"]
@@ -194,7 +178,7 @@ def test_csv_row_through_a_symlink_out_is_refused_unless_the_run_follows_them(
     assert not out.exists()
     # a run that reads through symlinks (data.follow_symlinks=true) predicts it
     follow = ["+data.follow_symlinks=true"]
-    rows = read_rows(predict(trained_run, csv_file, output=out, overrides=follow))
+    rows = prediction_rows(predict(trained_run, csv_file, output=out, overrides=follow))
     assert [r["file"] for r in rows][2:] == ["inner.png", "link.png"]
     assert rows[2]["probability"] == rows[0]["probability"]  # inner.png is the first image
 
@@ -205,7 +189,7 @@ def test_a_file_listed_twice_is_predicted_twice(trained_run, few_images, tmp_pat
     csv_file = _csv_beside(tmp_path / "batch", few_images, [])
     name = csv_file.read_text().splitlines()[1]
     csv_file.write_text(f"filename\n{name}\n./{name}\n{name}\n")
-    rows = read_rows(predict(trained_run, csv_file, output=tmp_path / "p.csv"))
+    rows = prediction_rows(predict(trained_run, csv_file, output=tmp_path / "p.csv"))
     assert [r["file"] for r in rows] == [name, f"./{name}", name]
     assert len({(r["predicted"], r["probability"]) for r in rows}) == 1
 

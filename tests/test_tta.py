@@ -4,10 +4,6 @@ does, and a run of another task, or a mode that does not exist, is one line."""
 
 from __future__ import annotations
 
-import csv
-import shutil
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -15,27 +11,16 @@ from experiments.evaluation.prediction import predict
 from experiments.evaluation.saved_run import SavedRun
 from experiments.models.tta import tta_views
 from experiments.runs.files import read_json
-from tests.helpers import assert_one_line_error, run_inproc, train_cli
-
-
-@pytest.fixture(scope="session")
-def few_images(data_dir, tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("few_tta")
-    for name in sorted((data_dir / "digits" / "images").iterdir())[::40]:
-        shutil.copy(name, folder)
-    return folder
-
-
-def _rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+from tests.helpers import assert_one_line_error, prediction_rows, run_inproc, train_cli
 
 
 def test_predict_flip_is_the_mean_softmax_of_each_image_and_its_mirror(
     trained_run, few_images, tmp_path
 ):
-    plain = _rows(predict(trained_run, few_images, output=tmp_path / "plain.csv"))
-    flipped = _rows(predict(trained_run, few_images, output=tmp_path / "flip.csv", tta="flip"))
+    plain = prediction_rows(predict(trained_run, few_images, output=tmp_path / "plain.csv"))
+    flipped = prediction_rows(
+        predict(trained_run, few_images, output=tmp_path / "flip.csv", tta="flip")
+    )
     run = SavedRun(trained_run)
     in_shape = run.sidecar["in_shape"]
     names = [str(c) for c in run.sidecar["class_names"]]
