@@ -9,8 +9,8 @@ from pathlib import Path
 
 from experiments.runs.layout import RunDir, SweepDir
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "experiments"
-LAYOUT = {"runs/layout.py"}
+SRC = Path(__file__).resolve().parents[1] / "src"  # the package and its Hydra plugins
+LAYOUT = {"experiments/runs/layout.py"}
 # the files of a run folder and of a sweep folder (see RunDir's and SweepDir's docstrings)
 NAMES = (
     "metrics.json",
@@ -99,19 +99,19 @@ def test_only_the_layout_spells_a_run_folder_file_name():
 
 def test_the_scan_finds_a_name_spelled_outside(tmp_path):
     # the test above can fail: a module that spells one is listed with its line
-    (tmp_path / "runs").mkdir()
-    (tmp_path / "runs" / "layout.py").write_text('X = "metrics.json"\n')
-    (tmp_path / "eval.py").write_text(
+    (tmp_path / "experiments" / "runs").mkdir(parents=True)
+    (tmp_path / "experiments" / "runs" / "layout.py").write_text('X = "metrics.json"\n')
+    (tmp_path / "hydra_plugins.py").write_text(
         '"""Writes metrics.json (prose is fine)."""\n'
         "def f(run):\n"
         '    """best.json too."""\n'
         '    return run / "checkpoints" / f"{1}last.ckpt"\n'
     )
-    assert spelled(tmp_path) == {"eval.py": [(4, "last.ckpt")]}
+    assert spelled(tmp_path) == {"hydra_plugins.py": [(4, "last.ckpt")]}
 
 
 def test_every_name_is_spelled_in_the_layout():
-    text = (SRC / "runs" / "layout.py").read_text()
+    text = (SRC / "experiments" / "runs" / "layout.py").read_text()
     missing = [n for n in NAMES if n not in text]
     assert not missing
     run, sweep = RunDir(Path("r")), SweepDir(Path("s"))

@@ -29,6 +29,7 @@ from experiments.compat.hydra import is_basic_launcher, job_outcome
 from experiments.config.sweep_settings import DIRECTIONS, check_settings
 from experiments.errors import UserError, exit_with, one_line
 from experiments.runs.files import read_json_object
+from experiments.runs.layout import RunDir, SweepDir
 from experiments.runs.sweep import TRIAL_ENV
 from experiments.tracking.importance import is_replicate
 
@@ -42,7 +43,7 @@ def _job_record(ret) -> dict:
     """The job's ``job.json`` ({} when it wrote none, or it cannot be read: the summary
     lists such a job as broken)."""
     try:
-        return read_json_object(Path(ret.hydra_cfg.hydra.runtime.output_dir) / "job.json")
+        return read_json_object(SweepDir.job_file(Path(ret.hydra_cfg.hydra.runtime.output_dir)))
     except (UserError, AttributeError):
         return {}
 
@@ -184,7 +185,7 @@ class OptunaSweeper(Sweeper):
             write_summary(sweep_dir, metric, str(self.config.get("optimized_mode", "max")))
             raise SweepFailed(
                 f"{len(failures)} of {self.n_trials - done_before} trials failed "
-                f"(trials {sorted(failures)}); see {sweep_dir / 'summary.md'}"
+                f"(trials {sorted(failures)}); see {SweepDir(sweep_dir).summary_md}"
             )
         return study
 
@@ -295,7 +296,7 @@ class OptunaSweeper(Sweeper):
         if self.objectives:
             output_dir = Path(ret.hydra_cfg.hydra.runtime.output_dir)
             try:
-                metrics = read_json_object(output_dir / "metrics.json")
+                metrics = read_json_object(RunDir(output_dir).metrics)
             except UserError as err:  # the summary lists the job as broken
                 log.warning("%s", err)
                 return None
