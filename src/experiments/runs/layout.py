@@ -28,7 +28,6 @@ SIDECAR_SUFFIX = ".json"  # <role>.json beside <role>.safetensors: epoch, metric
 BEST_WEIGHTS = f"best{WEIGHTS_SUFFIX}"
 BEST_SIDECAR = f"best{SIDECAR_SUFFIX}"
 METRICS = "metrics.json"
-PREVIOUS_METRICS = "metrics.previous.json"  # a finished run trained on (resume)
 EVAL_METRICS = "eval_metrics.json"
 CALIBRATION = "calibration.json"
 RELIABILITY = "reliability.png"
@@ -36,8 +35,6 @@ EXPORTED = {"onnx": "model.onnx", "torchscript": "model.torchscript.pt"}
 EXPORT_REPORT = "export.json"
 MODEL_CARD = "model_card.md"
 PREDICTIONS = "predictions.csv"
-DATA_COUNTS = "data_counts.json"
-DATA_STATS = "data_stats.json"
 ENV = "env.json"
 GIT_DIFF = "git.diff"
 REQUIREMENTS = "requirements.txt"
@@ -46,28 +43,19 @@ MANIFEST = "manifest.json"  # runs.manifest: a run's or a sweep's (or a job's) f
 HYDRA = ".hydra"
 SAVED_CONFIG = "config.yaml"
 SAVED_OVERRIDES = "overrides.yaml"
-HYDRA_RUNTIME = "hydra.yaml"  # Hydra's own record of the run: its choices, its job
 NOTES = "notes.json"  # tags and a note added after the run (experiments-runs); not an artifact
-CV_REPORT = "cv.md"
 FOLD_PREFIX = "fold_"  # fold_<k>/: cv.folds=K trains one run per fold inside the run folder
 CSV_LOG = ("csv", "metrics.csv")  # the CSV logger's rows (tracking's csv logger writes it)
 # the files of a sweep folder (SweepDir below)
 SWEEP_MANIFEST = "sweep.json"
 JOB_FILE = "job.json"
-SUMMARY_MD = "summary.md"
-SUMMARY_CSV = "summary.csv"
-OPTIMIZATION_RESULTS = "optimization_results.yaml"  # what our Optuna sweeper writes
-# the sweep's plots (tracking.sweep_plots): every job across the swept keys, the metric over
-# the two most important keys, the metric by the one swept key
-PARALLEL_PLOT, CONTOUR_PLOT, ONE_KEY_PLOT = "parallel.png", "contour.png", "summary.png"
-_NUMBER = (int, float)
 # the fields of a sidecar that training and resuming read, and the types they may have
 SIDECAR_TYPES = {
     "epoch": (int,),
     "epoch_base": (int, type(None)),
     "global_step": (int,),
     "monitor": (str, type(None)),
-    "value": (*_NUMBER, type(None)),
+    "value": (int, float, type(None)),
 }
 
 
@@ -79,22 +67,13 @@ def weights_file(checkpoints: Path, role: str) -> Path:
     return old if not new.exists() and old.is_file() else new
 
 
-def weights_role(path: str | Path) -> str | None:
-    """``best`` or ``last`` when ``path`` is named as a run's own weights file is (either
-    format), else None."""
-    name = Path(str(path)).name
-    for role in WEIGHTS_ROLES:
-        if name in (f"{role}{WEIGHTS_SUFFIX}", f"{role}{OLD_WEIGHTS_SUFFIX}"):
-            return role
-    return None
-
-
 def own_role(name: object) -> str | None:
     """``best`` / ``last`` for a name ``RunDir.checkpoint_name`` gives the run's own weights
-    (a bare file name), else None (a path: a file from elsewhere)."""
+    (a bare file name, either format), else None (a path: a file from elsewhere)."""
     if not isinstance(name, str) or "/" in name or "\\" in name:
         return None
-    return weights_role(name)
+    suffixes = (WEIGHTS_SUFFIX, OLD_WEIGHTS_SUFFIX)
+    return next((r for r in WEIGHTS_ROLES if name in (f"{r}{s}" for s in suffixes)), None)
 
 
 def checkpoint_label(name: object, epoch: object) -> str:
@@ -102,13 +81,8 @@ def checkpoint_label(name: object, epoch: object) -> str:
     ``last.safetensors (last epoch 5)``, ``<file> (epoch 2)``; ``not recorded`` when the
     epoch is unknown."""
     known = isinstance(epoch, int) and not isinstance(epoch, bool)
-    at = str(epoch) if known else "not recorded"
-    role = own_role(name)
-    if role == "best":
-        return f"{name} (selected epoch {at})"
-    if role == "last":
-        return f"{name} (last epoch {at})"
-    return f"{name} (epoch {at})"
+    which = {"best": "selected epoch", "last": "last epoch"}.get(own_role(name), "epoch")
+    return f"{name} ({which} {epoch if known else 'not recorded'})"
 
 
 def checkpoint_files(checkpoints: Path) -> list[Path]:
@@ -152,6 +126,11 @@ def read_sidecar(path: Path) -> dict:
     return sidecar
 
 
+def _at(*parts: str) -> property:
+    """A property: the path ``parts`` inside the folder (of a RunDir or a SweepDir)."""
+    return property(lambda self: self.path.joinpath(*parts))
+
+
 @dataclass(frozen=True)
 class RunDir:
     """A run folder as ``python -m experiments.train`` makes it::
@@ -182,27 +161,38 @@ class RunDir:
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
 
-    @property
-    def checkpoints(self) -> Path:
-        return self.path / CHECKPOINTS
-
-    @property
-    def last_ckpt(self) -> Path:
-        """The newest full checkpoint (``FaultTolerance`` writes it; resume reads it)."""
-        return self.checkpoints / LAST_CKPT
-
-    @property
-    def best_weights(self) -> Path:
-        """The best weights of this run: ``best.safetensors``, or an older run's ``best.pt``."""
-        return weights_file(self.checkpoints, "best")
-
-    @property
-    def last_weights(self) -> Path:
-        """The last epoch's weights: ``last.safetensors``, or an older run's ``last.pt``."""
-        return weights_file(self.checkpoints, "last")
+    checkpoints = _at(CHECKPOINTS)
+    last_ckpt = _at(CHECKPOINTS, LAST_CKPT)  # the newest full checkpoint (resume reads it)
+    best_json = _at(CHECKPOINTS, BEST_SIDECAR)
+    last_json = _at(CHECKPOINTS, f"last{SIDECAR_SUFFIX}")
+    manifest = _at(MANIFEST)
+    metrics = _at(METRICS)
+    previous_metrics = _at("metrics.previous.json")  # where a resume to train on moves metrics
+    eval_metrics = _at(EVAL_METRICS)
+    calibration = _at(CALIBRATION)
+    reliability_png = _at(RELIABILITY)
+    export_report = _at(EXPORT_REPORT)
+    model_card = _at(MODEL_CARD)
+    predictions = _at(PREDICTIONS)
+    data_counts = _at("data_counts.json")  # images per class and split, for the model card
+    data_stats = _at("data_stats.json")  # the per-channel mean and std of data.mean=auto
+    cv_report = _at("cv.md")  # a cross-validated run's folds side by side
+    csv_metrics = _at(*CSV_LOG)
+    env = _at(ENV)
+    git_diff = _at(GIT_DIFF)  # only when the checkout had uncommitted changes
+    requirements = _at(REQUIREMENTS)
+    reproduce_script = _at(REPRODUCE)
+    saved_config = _at(HYDRA, SAVED_CONFIG)
+    saved_overrides = _at(HYDRA, SAVED_OVERRIDES)
+    hydra_runtime = _at(HYDRA, "hydra.yaml")  # Hydra's own record: its choices, its job
+    notes = _at(NOTES)
+    lock_file = _at(".lock")
+    best_weights = property(lambda self: self.weights("best"))
+    last_weights = property(lambda self: self.weights("last"))
 
     def weights(self, role: str) -> Path:
-        """``best_weights`` or ``last_weights`` by ``role`` (one of ``WEIGHTS_ROLES``)."""
+        """The weights of ``role``: ``best.safetensors`` / ``last.safetensors``, or an older
+        run's ``best.pt`` / ``last.pt``."""
         return weights_file(self.checkpoints, role)
 
     def checkpoint_name(self, path: object) -> str:
@@ -220,15 +210,6 @@ class RunDir:
         except (OSError, ValueError, RuntimeError):
             return "?"
 
-    @property
-    def manifest(self) -> Path:
-        """``manifest.json``: every artifact's sha256 and size (``runs.manifest``)."""
-        return self.path / MANIFEST
-
-    @property
-    def best_json(self) -> Path:
-        return self.checkpoints / BEST_SIDECAR
-
     def best_value(self, metric: str) -> float | None:
         """``metric`` at the best epoch (the one ``best_weights`` holds, ``best.json``'s
         value), when that is the metric it was chosen by; else None. A corrupt ``best.json``
@@ -242,111 +223,13 @@ class RunDir:
             return None
         return float(best["value"])
 
-    @property
-    def last_json(self) -> Path:
-        return self.checkpoints / f"last{SIDECAR_SUFFIX}"
-
     def sidecars(self) -> list[Path]:
         """The checkpoints' sidecars that exist (``best.json``, ``last.json``)."""
         return [p for p in (self.best_json, self.last_json) if p.exists()]
 
-    @property
-    def metrics(self) -> Path:
-        return self.path / METRICS
-
-    @property
-    def previous_metrics(self) -> Path:
-        """Where resuming a finished run to train on moves its ``metrics.json``."""
-        return self.path / PREVIOUS_METRICS
-
-    @property
-    def eval_metrics(self) -> Path:
-        return self.path / EVAL_METRICS
-
-    @property
-    def calibration(self) -> Path:
-        """The temperature ``experiments.calibrate`` fitted, and ECE before and after."""
-        return self.path / CALIBRATION
-
-    @property
-    def reliability_png(self) -> Path:
-        return self.path / RELIABILITY
-
     def exported(self, fmt: str) -> Path:
         """``model.onnx`` or ``model.torchscript.pt``, and ``export.json`` beside them."""
         return self.path / EXPORTED[fmt]
-
-    @property
-    def export_report(self) -> Path:
-        return self.path / EXPORT_REPORT
-
-    @property
-    def model_card(self) -> Path:
-        return self.path / MODEL_CARD
-
-    @property
-    def predictions(self) -> Path:
-        """Where ``experiments.predict`` writes unless given ``output=``."""
-        return self.path / PREDICTIONS
-
-    @property
-    def data_counts(self) -> Path:
-        """Images per class and split, kept for the model card."""
-        return self.path / DATA_COUNTS
-
-    @property
-    def data_stats(self) -> Path:
-        """The per-channel mean and std of ``data.mean=auto`` (``data.stats_file``)."""
-        return self.path / DATA_STATS
-
-    @property
-    def cv_report(self) -> Path:
-        """``cv.md``: a cross-validated run's folds side by side (``fold_<k>/`` beside it)."""
-        return self.path / CV_REPORT
-
-    @property
-    def csv_metrics(self) -> Path:
-        """The CSV logger's rows: one per logged step and epoch."""
-        return self.path.joinpath(*CSV_LOG)
-
-    @property
-    def env(self) -> Path:
-        return self.path / ENV
-
-    @property
-    def git_diff(self) -> Path:
-        """The checkout's uncommitted changes when the run started (only when there were)."""
-        return self.path / GIT_DIFF
-
-    @property
-    def requirements(self) -> Path:
-        """Every installed distribution as name==version, for reproduce.sh."""
-        return self.path / REQUIREMENTS
-
-    @property
-    def reproduce_script(self) -> Path:
-        return self.path / REPRODUCE
-
-    @property
-    def saved_config(self) -> Path:
-        return self.path / HYDRA / SAVED_CONFIG
-
-    @property
-    def saved_overrides(self) -> Path:
-        return self.path / HYDRA / SAVED_OVERRIDES
-
-    @property
-    def hydra_runtime(self) -> Path:
-        return self.path / HYDRA / HYDRA_RUNTIME
-
-    @property
-    def notes(self) -> Path:
-        """Tags and a note added after the run (``experiments-runs tag``/``note``)."""
-        return self.path / NOTES
-
-    @property
-    def lock_file(self) -> Path:
-        return self.path / ".lock"
 
     @property
     def finished(self) -> bool:
@@ -424,10 +307,14 @@ class SweepDir:
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
 
-    @property
-    def sweep_file(self) -> Path:
-        """``sweep.json``: the fixed overrides, the search space and the config's hash."""
-        return self.path / SWEEP_MANIFEST
+    sweep_file = _at(SWEEP_MANIFEST)  # the fixed overrides, the search space, the config's hash
+    summary_md = _at("summary.md")
+    summary_csv = _at("summary.csv")
+    parallel_png = _at("parallel.png")  # every finished job as a line across the swept keys
+    contour_png = _at("contour.png")  # the metric over the two most important swept keys
+    summary_png = _at("summary.png")  # the metric by the swept key, when only one varies
+    optimization_results = _at("optimization_results.yaml")
+    manifest = _at(MANIFEST)
 
     @staticmethod
     def job_file(job_dir: Path) -> Path:
@@ -439,38 +326,7 @@ class SweepDir:
         return sorted(self.path.glob(f"*/{JOB_FILE}"))
 
     def has_jobs(self) -> bool:
-        return self.path.is_dir() and any(self.path.glob(f"*/{JOB_FILE}"))
-
-    @property
-    def summary_md(self) -> Path:
-        return self.path / SUMMARY_MD
-
-    @property
-    def summary_csv(self) -> Path:
-        return self.path / SUMMARY_CSV
-
-    @property
-    def parallel_png(self) -> Path:
-        """Every finished job as a line across the swept keys and the metric."""
-        return self.path / PARALLEL_PLOT
-
-    @property
-    def contour_png(self) -> Path:
-        """The metric over the two most important swept keys."""
-        return self.path / CONTOUR_PLOT
-
-    @property
-    def summary_png(self) -> Path:
-        """The metric by the swept key, when exactly one (seeds aside) varies."""
-        return self.path / ONE_KEY_PLOT
-
-    @property
-    def optimization_results(self) -> Path:
-        return self.path / OPTIMIZATION_RESULTS
-
-    @property
-    def manifest(self) -> Path:
-        return self.path / MANIFEST
+        return any(self.path.glob(f"*/{JOB_FILE}"))
 
 
 def run_folders(root: Path) -> Iterator[tuple[Path, set[str]]]:
