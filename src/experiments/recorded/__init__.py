@@ -10,6 +10,7 @@ Nothing here imports torch.
 
 import os
 from pathlib import Path
+from typing import Any
 
 from experiments.errors import UserError
 
@@ -42,3 +43,10 @@ def config_dirs() -> list[Path]:
             )
         folders.append(folder)
     return folders
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``value``'s repr for one line of a message (control characters escaped), cut to
+    ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -38,6 +38,7 @@ import os
 from typing import Any
 
 from experiments.errors import UserError, one_line
+from experiments.recorded import shown
 
 TRUSTED_ENV = "EXPERIMENTS_TRUSTED_MODULES"
 FAMILIES = ("data", "module", "net", "transform", "dataset")
@@ -162,7 +163,7 @@ def _check_dtype(node: dict, key: str) -> None:
         raise UserError(
             f"{key}._target_={DTYPE_NODE!r} is refused: it is read only as a dtype name at a "
             f"dtype key ({{path: torch.float32}}, one of {', '.join(sorted(DTYPES))}); got "
-            f"path={_show(node.get('path'))}"
+            f"path={shown(node.get('path'))}"
         )
 
 
@@ -199,7 +200,7 @@ def locate(target: Any, family: str, key: str) -> Any:
     obj = _locate(target, family) if isinstance(target, str) else None
     if obj is None:
         raise UserError(
-            f"{key}._target_={_show(target)} is refused: a saved run may name only "
+            f"{key}._target_={shown(target)} is refused: a saved run may name only "
             f"{DESCRIBE[family]} there (trust a package of your own with {TRUSTED_ENV}=<pkg>)"
         )
     return obj
@@ -307,8 +308,3 @@ def build(node: Any, family: str | None, key: str, **given: Any) -> Any:
         raise
     except (TypeError, ValueError, KeyError, IndexError, AssertionError) as err:
         raise UserError(f"{key}: {target} refused its arguments: {one_line(err)}") from None
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from experiments.errors import UserError, one_line
-from experiments.recorded import CONF_DIR
+from experiments.recorded import CONF_DIR, shown
 from experiments.recorded.references import ABSENT, lookup, resolve
 from experiments.runs.files import read_yaml
 from experiments.runs.layout import RunDir
@@ -250,7 +250,7 @@ def read_sidecar(ckpt: Path) -> dict:
         ok = isinstance(shape, list) and len(shape) == 3 and all(_count(v) for v in shape)
         if not ok or shape[0] > 4 or shape[0] * shape[1] * shape[2] > MAX_SAMPLE:
             raise UserError(
-                f"{path}: in_shape={_short(shape)} is not valid: expected [C, H, W], C 1-4 and "
+                f"{path}: in_shape={shown(shape, 60)} is not valid: expected [C, H, W], C 1-4 and "
                 f"at most {MAX_SAMPLE} values; restore the file, or delete it to read the "
                 f"shape from the run's data"
             )
@@ -259,22 +259,17 @@ def read_sidecar(ckpt: Path) -> dict:
         ok = isinstance(names, list) and 0 < len(names) <= MAX_CLASSES
         if not ok or not all(isinstance(n, str | int) and len(str(n)) <= 1000 for n in names):
             raise UserError(
-                f"{path}: class_names={_short(names)} is not valid: expected a list of 1 to "
+                f"{path}: class_names={shown(names, 60)} is not valid: expected a list of 1 to "
                 f"{MAX_CLASSES} names; restore the file, or delete it to read them from the data"
             )
     for key in ("epoch", "epoch_base"):
         if key in data and not _count(data[key], low=0):
-            raise UserError(f"{path}: {key}={_short(data[key])} is not a whole number >= 0")
+            raise UserError(f"{path}: {key}={shown(data[key], 60)} is not a whole number >= 0")
     return data
 
 
 def _count(value: Any, low: int = 1) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= 2**31
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # the headers of an earlier predictions CSV, per task: classification, regression, segmentation

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
 from experiments.errors import UserError, one_line
-from experiments.recorded import CONF_DIR, CONFIG_PATH_ENV, config_dirs
+from experiments.recorded import CONF_DIR, CONFIG_PATH_ENV, config_dirs, shown
 from experiments.recorded.allowlist import TRUSTED_ENV, is_trusted
 from experiments.runs.files import parse_yaml, read_text, read_yaml
 from experiments.runs.layout import RunDir
@@ -49,7 +49,6 @@ NOT_REPLAYED = ("resume", "paths.output_dir")
 READ_ONLY_RESOLVERS = ("oc.env", "oc.select", "oc.dict.keys", "oc.dict.values", "hydra")
 OWN_RESOLVER_PREFIX = "experiments."
 GET_OBJECT = "hydra.utils.get_object"  # looks an object up by its path: the path is a target
-SHOWN_CHARS = 80  # of an entry, in an error line
 _RESOLVER = re.compile(r"\$\{\s*([^:}\s]+)\s*:")
 _ENV_NAME = re.compile(r"\$\{\s*oc\.env\s*:\s*([^,}\s]+)")
 
@@ -78,7 +77,7 @@ def read_overrides(path: str | Path, searchpath: Sequence[Path] = ()) -> list[st
                 f"string (refused before anything runs); restore the file from the run's "
                 f"command, or start a new run"
             )
-        key = check_override(entry, f"{path}: entry {number} {_shown(entry)}", roots)
+        key = check_override(entry, f"{path}: entry {number} {shown(entry)}", roots)
         if key not in NOT_REPLAYED:
             kept.append(entry)
     return kept
@@ -137,7 +136,7 @@ def check_override(entry: str, where: str, roots: Sequence[Path] = (CONF_DIR,)) 
     try:
         override = _parser().parse_override(entry)
     except (HydraException, ValueError, TypeError, RecursionError) as err:
-        raise refuse(f"not an override Hydra can parse ({_shown(one_line(err))})") from None
+        raise refuse(f"not an override Hydra can parse ({shown(one_line(err))})") from None
     except Exception as err:  # the grammar's own failure on hostile text: still data
         raise refuse(f"not an override Hydra can parse ({type(err).__name__})") from None
     key = str(override.key_or_group)
@@ -171,12 +170,6 @@ def check_override(entry: str, where: str, roots: Sequence[Path] = (CONF_DIR,)) 
 @functools.cache
 def _parser():
     return OverridesParser.create()
-
-
-def _shown(text: str) -> str:
-    """``text`` as one printable line (control characters escaped), cut to a length."""
-    text = repr(text)
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 def _check_value(value: Any, key: str, refuse) -> None:
@@ -221,7 +214,7 @@ def _check_target(key: str, value: Any, refuse) -> None:
         if not isinstance(target, str) or not (target in _conf_targets() or is_trusted(target)):
             package = str(target).rsplit(".", 1)[0] if isinstance(target, str) else "<package>"
             raise refuse(
-                f"{key}={_shown(str(target))} is not a target the repo's conf/ builds",
+                f"{key}={shown(str(target))} is not a target the repo's conf/ builds",
                 f"if it is your own code, trust its package: {TRUSTED_ENV}={package}",
             )
 
@@ -237,9 +230,9 @@ def _check_option(group: str, value: Any, refuse, roots: Sequence[Path] = (CONF_
         if option is None:
             continue
         if not isinstance(option, str) or not option or option.startswith(("/", "\\")):
-            raise refuse(f"{group}={_shown(str(option))} is not an option of conf/{group}")
+            raise refuse(f"{group}={shown(str(option))} is not an option of conf/{group}")
         if not any(_is_option(root, group, option) for root in roots):
-            raise refuse(f"{group}={_shown(option)} is not an option of conf/{group}", way_out)
+            raise refuse(f"{group}={shown(option)} is not an option of conf/{group}", way_out)
 
 
 def _is_option(root: Path, group: str, option: str) -> bool:
@@ -264,42 +257,35 @@ def _conf_targets(conf_dir: Path = CONF_DIR) -> frozenset[str]:
     """Every literal ``_target_`` in the repo's ``conf/`` tree, and the ``path`` (or
     ``_args_``) of each ``hydra.utils.get_object`` node: they ship with the code."""
     found: set[str] = set()
-    for plain in _conf_documents(conf_dir):
-        stack = [plain]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, dict):
-                target = node.get("_target_")
-                if isinstance(target, str):
-                    found.add(target)
-                    if target == GET_OBJECT:
-                        args = node.get("_args_") or []
-                        found.update(
-                            v
-                            for v in [
-                                node.get("path"),
-                                *(args if isinstance(args, list) else [args]),
-                            ]
-                            if isinstance(v, str)
-                        )
-                stack.extend(node.values())
-            elif isinstance(node, list):
-                stack.extend(node)
+    for node in _conf_mappings(conf_dir):
+        target = node.get("_target_")
+        if isinstance(target, str):
+            found.add(target)
+        if target == GET_OBJECT:
+            args = node.get("_args_") or []
+            named = [node.get("path"), *(args if isinstance(args, list) else [args])]
+            found.update(v for v in named if isinstance(v, str))
     return frozenset(t for t in found if "${" not in t)
 
 
-def _conf_documents(conf_dir: Path, skip_hydra: bool = False) -> list[Any]:
-    """Each YAML file of ``conf/`` as plain data (a broken one is train's error to report)."""
+def _conf_mappings(conf_dir: Path, skip_hydra: bool = False) -> Iterator[dict]:
+    """Every mapping, at any depth, of each YAML file of ``conf/`` (a broken file is train's
+    error to report)."""
     root = conf_dir.resolve()
-    documents = []
     for file in sorted(root.rglob("*.yaml")):
         if skip_hydra and file.relative_to(root).parts[0] == "hydra":
             continue
         try:
-            documents.append(parse_yaml(read_text(file), str(file)))
+            stack = [parse_yaml(read_text(file), str(file))]
         except UserError:
             continue
-    return documents
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                yield node
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
 
 
 @functools.cache
@@ -307,18 +293,9 @@ def _output_keys(conf_dir: Path = CONF_DIR) -> frozenset[str]:
     """Names of the keys whose default in ``conf/`` lies under the run folder
     (``dirpath``, ``save_dir``, ``stats_file``...): an override of one moves where the run
     writes, outside the folder the replaying command chose."""
-    names: set[str] = {"output_dir"}
-    for plain in _conf_documents(conf_dir, skip_hydra=True):
-        stack = [plain]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, dict):
-                for k, v in node.items():
-                    if isinstance(v, str) and (
-                        "paths.output_dir" in v or "runtime.output_dir" in v
-                    ):
-                        names.add(str(k))
-                    stack.append(v)
-            elif isinstance(node, list):
-                stack.extend(node)
+    names = {"output_dir"}
+    for node in _conf_mappings(conf_dir, skip_hydra=True):
+        for k, v in node.items():
+            if isinstance(v, str) and ("paths.output_dir" in v or "runtime.output_dir" in v):
+                names.add(str(k))
     return frozenset(names)
