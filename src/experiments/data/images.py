@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -13,12 +15,24 @@ from PIL import Image
 from experiments.errors import UserError, one_line
 
 
-def _open(f) -> Image.Image:
-    """``Image.open`` behind the decompression-bomb limit: Pillow only warns between
-    ``MAX_IMAGE_PIXELS`` and twice that, and would then decode it; we refuse both."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
-        return Image.open(f)
+def _opened(path: str | os.PathLike, use: Callable[[Image.Image], Any]) -> Any:
+    """``use`` of the image at ``path`` opened behind the decompression-bomb limit: Pillow
+    only warns between ``MAX_IMAGE_PIXELS`` and twice that, and would then decode it; we
+    refuse both."""
+    try:
+        with open(path, "rb") as f, warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(f) as im:
+                return use(im)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise UserError(
+            f"cannot read image {path}: refused as a decompression bomb ({one_line(err)})"
+        ) from None
+    except Exception as err:  # noqa: BLE001
+        # a decoder handed a hostile file raises many types (OSError, SyntaxError,
+        # struct.error, zlib.error, IndexError, ...): each means the file is not a readable
+        # image, and must be one line naming it rather than a traceback from a worker
+        raise UserError(f"cannot read image {path}: {one_line(err)}") from None
 
 
 def _eight_bit(im: Image.Image) -> Image.Image:
@@ -44,20 +58,12 @@ def decode(path: str | os.PathLike, mode: str) -> Image.Image:
         UserError: naming the file and the problem (missing, unreadable, truncated, not an
             image, past the decompression-bomb limit, pixel values out of range).
     """
-    try:
-        with open(path, "rb") as f, _open(f) as im:
-            return _eight_bit(im).convert(mode)
-    except UserError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
-        raise UserError(
-            f"cannot read image {path}: refused as a decompression bomb ({one_line(err)})"
-        ) from None
-    except Exception as err:  # noqa: BLE001
-        # a decoder handed a hostile file raises many types (OSError, SyntaxError,
-        # struct.error, zlib.error, IndexError, ...): each means the file is not a readable
-        # image, and must be one line naming it rather than a traceback from a worker
-        raise UserError(f"cannot read image {path}: {one_line(err)}") from None
+    return _opened(path, lambda im: _eight_bit(im).convert(mode))
+
+
+def _mode_and_size(im: Image.Image) -> tuple[str, tuple[int, int]]:
+    gray = im.mode in ("1", "L", "LA", "I", "F") or im.mode.startswith("I;16")
+    return "L" if gray else "RGB", (im.height, im.width)
 
 
 def peek_image(path: str | os.PathLike) -> tuple[str, tuple[int, int]]:
@@ -66,13 +72,4 @@ def peek_image(path: str | os.PathLike) -> tuple[str, tuple[int, int]]:
     Raises:
         UserError: naming the file: unreadable, not an image, or a decompression bomb.
     """
-    try:
-        with open(path, "rb") as f, _open(f) as im:
-            gray = im.mode in ("1", "L", "LA", "I", "F") or im.mode.startswith("I;16")
-            return "L" if gray else "RGB", (im.height, im.width)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
-        raise UserError(
-            f"cannot read image {path}: refused as a decompression bomb ({one_line(err)})"
-        ) from None
-    except Exception as err:  # noqa: BLE001  (as in decode: any decoder error is the file's)
-        raise UserError(f"cannot read image {path}: {one_line(err)}") from None
+    return _opened(path, _mode_and_size)

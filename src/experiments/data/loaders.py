@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
+import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from experiments.compat.lightning import batches_processed, epochs_processed
+from experiments.config.hints import Ge, Le
 from experiments.data import store
 from experiments.data.samplers import ClassBalancedSampler, EpochShuffleSampler
+from experiments.data.splits import split_indices
 from experiments.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -254,13 +258,48 @@ def loader(dm, split: str) -> DataLoader | StoreLoader:
     return train_loader(dataset, trainer, balanced_targets=targets, **options)
 
 
-class SplitLoaders:
-    """The three loaders of a LightningDataModule that keeps ``train_set``, ``val_set`` and
-    ``test_set`` (and ``batch_size``, ``num_workers``): the resumable train loader (its
-    order is a function of seed and epoch, so ``resume=`` is exact) and plain ones for the
-    others. ``unit`` names the samples in the one line about an empty test split."""
+@dataclass(eq=False, repr=False, kw_only=True)
+class SplitLoaders(L.LightningDataModule):
+    """A data module of tensors held in memory, split train/val/test with a seed (``split``),
+    with the resumable train loader (its order is a function of seed and epoch, so
+    ``resume=`` is exact) and plain loaders for the others. Each subclass is a dataclass
+    whose fields, these included, are its config.
 
-    unit = "samples"
+    Args:
+        batch_size: samples per batch.
+        num_workers: DataLoader worker processes.
+        val_fraction, test_fraction: shares of the samples held out.
+        split_seed: fixes the split (alone: the training seed does not move it).
+        augment: image augmentation (the ``augment`` group) does not apply: null only, so
+            the data composes with the default ``augment=none``.
+    """
+
+    unit = "samples"  # names the samples in the one line about an empty test split
+    no_augment = "data.augment: augmentation does not apply: augment=none"
+
+    batch_size: Annotated[int, Ge(1)] = 32
+    num_workers: Annotated[int, Ge(0)] = 0
+    val_fraction: Annotated[float, Ge(0), Le(1)] = 0.15
+    test_fraction: Annotated[float, Ge(0), Le(1)] = 0.15
+    split_seed: int = 0
+    augment: None = None
+
+    def __post_init__(self) -> None:
+        super().__init__()
+        if self.augment is not None:
+            raise UserError(self.no_augment)
+        self.splits: dict[str, list[int]] = {}
+        self.train_set = self.val_set = self.test_set = None
+
+    def split(self, x: torch.Tensor, y: torch.Tensor, fold: tuple[int, int] | None = None):
+        """Split ``x`` and ``y`` (row ``i`` is sample ``i``) into the three TensorDatasets."""
+        train, val, test = split_indices(
+            len(y), self.val_fraction, self.test_fraction, self.split_seed, fold=fold
+        )
+        self.splits = {"train": train, "val": val, "test": test}
+        self.train_set, self.val_set, self.test_set = (
+            TensorDataset(x[idx], y[idx]) for idx in (train, val, test)
+        )
 
     def train_dataloader(self) -> DataLoader:
         return train_loader(

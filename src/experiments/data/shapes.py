@@ -5,18 +5,16 @@ memory, nothing downloads -- or a folder of your own image and mask PNGs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import TensorDataset
 
 from experiments.config.hints import Ge, Le
 from experiments.data.datasets import read_image
 from experiments.data.loaders import SplitLoaders
-from experiments.data.splits import split_indices
 from experiments.errors import UserError
 
 SHAPES = ("background", "circle", "square", "triangle")
@@ -122,9 +120,10 @@ def read_folder(
     return x, torch.from_numpy(np.stack(masks)), [p.name for p in files]
 
 
-class ShapesData(SplitLoaders, L.LightningDataModule):
+@dataclass(eq=False, repr=False, kw_only=True)
+class ShapesData(SplitLoaders):
     """Batches of ``(images (B, 1, H, W) in [0, 1], masks (B, H, W) int64)``, split
-    train/val/test with a seed.
+    train/val/test with a seed (the split and loader keys: ``SplitLoaders``).
 
     Args:
         folder: a folder with ``images/`` and ``masks/`` (``read_folder``); None: the
@@ -136,55 +135,35 @@ class ShapesData(SplitLoaders, L.LightningDataModule):
         max_shapes: at most this many shapes per generated image.
         data_seed: the generator's seed: which images (the training seed does not move it).
         class_names: one name per class index; None: ``SHAPES``.
-        batch_size: images per batch.
-        num_workers: DataLoader worker processes.
-        val_fraction, test_fraction: shares of the images held out.
-        split_seed: fixes the split.
-        augment: image augmentation would move images without their masks: null only.
     """
 
     unit = "images"
+    no_augment = (
+        "data.augment: an image augmentation would move images without their masks: augment=none"
+    )
 
-    def __init__(
-        self,
-        folder: str | None = None,
-        samples: Annotated[int, Ge(3)] = 1000,
-        image_size: Sequence[int] | None = (32, 32),
-        noise: Annotated[float, Ge(0), Le(1)] = 0.1,
-        max_shapes: Annotated[int, Ge(1)] = 3,
-        data_seed: int = 0,
-        class_names: list[str] | None = None,
-        batch_size: Annotated[int, Ge(1)] = 32,
-        num_workers: Annotated[int, Ge(0)] = 0,
-        val_fraction: Annotated[float, Ge(0), Le(1)] = 0.15,
-        test_fraction: Annotated[float, Ge(0), Le(1)] = 0.15,
-        split_seed: int = 0,
-        augment: None = None,
-    ) -> None:
-        super().__init__()
-        if augment is not None:
-            raise UserError(
-                "data.augment: an image augmentation would move images without their masks: "
-                "augment=none"
-            )
-        size = None if image_size is None else [int(v) for v in image_size]
+    folder: str | None = None
+    samples: Annotated[int, Ge(3)] = 1000
+    image_size: Sequence[int] | None = (32, 32)
+    noise: Annotated[float, Ge(0), Le(1)] = 0.1
+    max_shapes: Annotated[int, Ge(1)] = 3
+    data_seed: int = 0
+    class_names: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        size = None if self.image_size is None else [int(v) for v in self.image_size]
         if size is not None and (len(size) != 2 or min(size) < 8):
-            raise UserError(f"data.image_size={image_size}: expected [H, W], each at least 8")
-        if folder is None and (size is None or size[0] != size[1]):
+            raise UserError(f"data.image_size={self.image_size}: expected [H, W], each at least 8")
+        if self.folder is None and (size is None or size[0] != size[1]):
             raise UserError(
-                f"data.image_size={image_size}: the generated shapes need a square [S, S]"
+                f"data.image_size={self.image_size}: the generated shapes need a square [S, S]"
             )
-        self.folder, self.samples, self.image_size = folder, samples, size
-        self.noise, self.max_shapes, self.data_seed = noise, max_shapes, data_seed
-        self.class_names = list(class_names) if class_names is not None else list(SHAPES)
+        self.image_size = size
+        self.class_names = list(SHAPES if self.class_names is None else self.class_names)
         if len(self.class_names) < 2:
             raise UserError("data.class_names: at least two (the background and one class)")
-        self.batch_size, self.num_workers = batch_size, num_workers
-        self.val_fraction, self.test_fraction = val_fraction, test_fraction
-        self.split_seed = split_seed
         self.file_names: list[str] = []
-        self.splits: dict[str, list[int]] = {}
-        self.train_set = self.val_set = self.test_set = None
 
     @property
     def num_classes(self) -> int:
@@ -211,10 +190,4 @@ class ShapesData(SplitLoaders, L.LightningDataModule):
             images, masks, self.file_names = read_folder(
                 self.folder, self.num_classes, self.image_size
             )
-        train, val, test = split_indices(
-            len(images), self.val_fraction, self.test_fraction, self.split_seed
-        )
-        self.splits = {"train": train, "val": val, "test": test}
-        self.train_set, self.val_set, self.test_set = (
-            TensorDataset(images[idx], masks[idx]) for idx in (train, val, test)
-        )
+        self.split(images, masks)

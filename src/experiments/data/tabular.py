@@ -10,16 +10,14 @@ import difflib
 import io
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated
 
-import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import TensorDataset
 
-from experiments.config.hints import Ge, Le
+from experiments.config.hints import Ge
 from experiments.data.loaders import SplitLoaders
-from experiments.data.splits import split_indices
 from experiments.errors import UserError
 from experiments.runs.files import read_text
 
@@ -27,8 +25,10 @@ from experiments.runs.files import read_text
 MAX_CSV_BYTES = 256 * 1024 * 1024
 
 
-class TabularData(SplitLoaders, L.LightningDataModule):
-    """Features ``(N, F)`` and targets ``(N,)`` as float32 tensors, split train/val/test.
+@dataclass(eq=False, repr=False, kw_only=True)
+class TabularData(SplitLoaders):
+    """Features ``(N, F)`` and targets ``(N,)`` as float32 tensors, split train/val/test
+    (the split and loader keys: ``SplitLoaders``).
 
     Batches are raw ``(x (B, F), y (B,))``: the module standardizes with the statistics of
     ``standardization``, so the weights it saves carry them and a prediction needs no data
@@ -38,55 +38,36 @@ class TabularData(SplitLoaders, L.LightningDataModule):
         csv_file: a CSV with a header row; None: scikit-learn's diabetes set.
         target_column: the CSV's column to predict (required with ``csv_file``).
         feature_columns: the CSV's columns to predict from; None: every other column.
-        batch_size: rows per batch.
-        num_workers: DataLoader worker processes.
-        val_fraction, test_fraction: shares of the rows held out.
-        split_seed: fixes the split (alone: the training seed does not move it).
         folds, fold: k-fold cross-validation (``cv.folds``): validate on fold ``fold`` of
             ``folds`` of the non-test rows.
-        augment: image augmentation (the ``augment`` group) has no meaning for a table: null
-            only, so ``data=diabetes`` composes with the default ``augment=none``.
     """
 
     unit = "rows"
+    no_augment = "data.augment: image augmentation does not apply to a table: augment=none"
 
-    def __init__(
-        self,
-        csv_file: str | None = None,
-        target_column: str | None = None,
-        feature_columns: list[str] | None = None,
-        batch_size: Annotated[int, Ge(1)] = 32,
-        num_workers: Annotated[int, Ge(0)] = 0,
-        val_fraction: Annotated[float, Ge(0), Le(1)] = 0.15,
-        test_fraction: Annotated[float, Ge(0), Le(1)] = 0.15,
-        split_seed: int = 0,
-        folds: Annotated[int, Ge(2)] | None = None,
-        fold: Annotated[int, Ge(0)] = 0,
-        augment: None = None,
-    ) -> None:
-        super().__init__()
-        if augment is not None:
-            raise UserError(
-                "data.augment: image augmentation does not apply to a table: augment=none"
-            )
-        if csv_file is None and (target_column is not None or feature_columns is not None):
+    csv_file: str | None = None
+    target_column: str | None = None
+    feature_columns: list[str] | None = None
+    folds: Annotated[int, Ge(2)] | None = None
+    fold: Annotated[int, Ge(0)] = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        csv_file, folds, fold = self.csv_file, self.folds, self.fold
+        named = self.target_column is not None or self.feature_columns is not None
+        if csv_file is None and named:
             raise UserError(
                 "data.target_column and data.feature_columns name columns of data.csv_file, "
                 "which is not set (null: the bundled diabetes set)"
             )
-        if csv_file is not None and not target_column:
+        if csv_file is not None and not self.target_column:
             raise UserError(f"data.target_column: required with data.csv_file={csv_file}")
         if folds is not None and not 0 <= fold < folds:
             raise UserError(f"data.fold={fold}: must be in 0..{folds - 1} for data.folds={folds}")
-        self.csv_file, self.target_column = csv_file, target_column
-        self.feature_columns = list(feature_columns) if feature_columns is not None else None
-        self.batch_size, self.num_workers = batch_size, num_workers
-        self.val_fraction, self.test_fraction = val_fraction, test_fraction
-        self.split_seed, self.folds, self.fold = split_seed, folds, fold
+        if self.feature_columns is not None:
+            self.feature_columns = list(self.feature_columns)
         self.feature_names: list[str] = []
-        self.splits: dict[str, list[int]] = {}
         self.standardization: dict[str, list[float] | float] = {}
-        self.train_set = self.val_set = self.test_set = None
 
     @property
     def num_features(self) -> int:
@@ -102,16 +83,9 @@ class TabularData(SplitLoaders, L.LightningDataModule):
                 self.csv_file, self.target_column, self.feature_columns
             )
         fold = (self.fold, self.folds) if self.folds is not None else None
-        train, val, test = split_indices(
-            len(targets), self.val_fraction, self.test_fraction, self.split_seed, fold=fold
-        )
-        self.splits = {"train": train, "val": val, "test": test}
+        self.split(torch.from_numpy(features).float(), torch.from_numpy(targets).float(), fold)
+        train = self.splits["train"]
         self.standardization = fit_standardization(features[train], targets[train])
-        x = torch.from_numpy(features).float()
-        y = torch.from_numpy(targets).float()
-        self.train_set, self.val_set, self.test_set = (
-            TensorDataset(x[idx], y[idx]) for idx in (train, val, test)
-        )
 
 
 def fit_standardization(features: np.ndarray, targets: np.ndarray) -> dict:
