@@ -64,7 +64,10 @@ def backbone(
         net, norm, source = _torchvision(name, num_classes, channels, pretrained, download)
     new_ok = [head_prefix(net)]
     if small_input and max(in_shape[1:]) <= 64 and hasattr(net, "maxpool"):
-        new_ok.append(_small_stem(net))  # a 3x3 stem: the file's 7x7 one does not fit
+        # 3x3 stride 1, no max-pool: small images keep their resolution (and the file's
+        # 7x7 stem does not fit: it stays new)
+        new_ok.append(_replace_first_conv(net, None, kernel_size=3, stride=1, padding=1))
+        net.maxpool = nn.Identity()
     if source is not None:
         load_fitted(net, source, new_ok, label=f"model.net.pretrained={source}")
         net.pretrained_norm = _norm_for_channels(norm, channels)
@@ -72,14 +75,23 @@ def backbone(
     return net
 
 
-def _check_input_size(net: nn.Module, name: str, in_shape) -> None:
-    """One forward of an empty image: a net that downsamples more than the input allows
-    (ConvNeXt on 8x8 digits) fails here in one line, not in the first training step."""
-    was_training = net.training
+def forward_one(net: nn.Module, shape) -> torch.Tensor:
+    """The output of one zero image of ``shape`` ``(C, H, W)``, in eval mode (BatchNorm on
+    one image in train mode refuses a 1x1 map), the net's mode restored after."""
+    training = net.training
     net.eval()
     try:
         with torch.no_grad():
-            net(torch.zeros(1, *in_shape))
+            return net(torch.zeros(1, *shape, device=next(net.parameters()).device))
+    finally:
+        net.train(training)
+
+
+def _check_input_size(net: nn.Module, name: str, in_shape) -> None:
+    """One forward of an empty image: a net that downsamples more than the input allows
+    (ConvNeXt on 8x8 digits) fails here in one line, not in the first training step."""
+    try:
+        forward_one(net, in_shape)
     except RuntimeError as err:
         size = "x".join(str(int(d)) for d in in_shape[1:])
         raise UserError(
@@ -89,8 +101,6 @@ def _check_input_size(net: nn.Module, name: str, in_shape) -> None:
             f"model.net.small_input=true (ResNet-style nets), or use a small-image net "
             f"(model=cnn)"
         ) from None
-    finally:
-        net.train(was_training)
 
 
 def _timm(name: str, num_classes: int, channels: int, pretrained, download: bool):
@@ -193,62 +203,36 @@ def _unknown(name: str, known: list[str], library: str) -> None:
 def head_prefix(net: nn.Module) -> str:
     """Parameter-name prefix of the classifier head: timm's own record of it, else the last
     ``nn.Linear`` (or 1x1 conv classifier) in the net."""
-    cfg = getattr(net, "pretrained_cfg", None) or {}
+    modules = dict(net.named_modules())
+    cfg = getattr(net, "pretrained_cfg", None)
     classifier = cfg.get("classifier") if isinstance(cfg, dict) else None
-    names = {n for n, _ in net.named_modules()}
-    if isinstance(classifier, str) and classifier in names:
+    if isinstance(classifier, str) and classifier in modules:
         return classifier
-    last = None
-    for module_name, module in net.named_modules():
-        if isinstance(module, nn.Linear) and module_name:
-            last = module_name
-    if last is None:
+    linears = [name for name, module in modules.items() if name and isinstance(module, nn.Linear)]
+    if not linears:
         raise UserError(f"{type(net).__name__} has no Linear layer to treat as its head")
-    return last
+    return linears[-1]
 
 
-def _first_conv(net: nn.Module) -> tuple[str, nn.Conv2d]:
+def _replace_first_conv(net: nn.Module, channels: int | None, **changes) -> str:
+    """A new stem conv taking ``channels`` inputs (None: as many as before), with
+    ``changes`` to its options; returns its name."""
     found = first_conv(net)
     if found is None:
         raise UserError(f"{type(net).__name__} has no Conv2d stem to adapt to the input channels")
-    return found
-
-
-def _set_module(net: nn.Module, dotted: str, module: nn.Module) -> None:
-    parent_name, _, child = dotted.rpartition(".")
-    parent = net.get_submodule(parent_name) if parent_name else net
-    setattr(parent, child, module)
-
-
-def _replace_first_conv(net: nn.Module, channels: int, **changes) -> None:
-    module_name, conv = _first_conv(net)
-    options = {
-        "kernel_size": conv.kernel_size,
-        "stride": conv.stride,
-        "padding": conv.padding,
-        "bias": conv.bias is not None,
-        **changes,
-    }
-    _set_module(net, module_name, nn.Conv2d(channels, conv.out_channels, **options))
-
-
-def _small_stem(net: nn.Module) -> str:
-    """3x3 stride-1 first conv and no max-pool: small images keep their resolution.
-    Returns the conv's name."""
-    module_name, conv = _first_conv(net)
-    _replace_first_conv(net, conv.in_channels, kernel_size=3, stride=1, padding=1)
-    net.maxpool = nn.Identity()
-    return module_name
+    name, conv = found
+    options = {"kernel_size": conv.kernel_size, "stride": conv.stride, "padding": conv.padding}
+    conv_in = conv.in_channels if channels is None else channels
+    new = nn.Conv2d(conv_in, conv.out_channels, bias=conv.bias is not None, **options | changes)
+    parent, _, child = name.rpartition(".")
+    setattr(net.get_submodule(parent), child, new)
+    return name
 
 
 def _norm_for_channels(norm, channels: int) -> tuple[list[float], list[float]]:
     """The weights' per-channel statistics for ``channels`` inputs: their mean over RGB for
     one channel (the stem's weights are summed over RGB the same way), else cycled."""
     mean, std = (list(map(float, v)) for v in norm)
-    if channels == len(mean):
-        return mean, std
     if channels == 1:
         return [sum(mean) / len(mean)], [sum(std) / len(std)]
-    return [mean[i % len(mean)] for i in range(channels)], [
-        std[i % len(std)] for i in range(channels)
-    ]
+    return tuple([v[i % len(v)] for i in range(channels)] for v in (mean, std))

@@ -4,8 +4,7 @@ freezes and unfreezes exactly where an uninterrupted one does."""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from torch import nn
 
@@ -40,13 +39,10 @@ def split_parameters(
 
 def freeze_backbone(net: nn.Module, head: str, frozen: bool, keep: Sequence[str]) -> None:
     """``requires_grad`` off (on) for every backbone parameter except those under ``keep``
-    (permanently frozen ones stay frozen), and backbone BatchNorms in eval mode while
-    frozen so that their running statistics do not drift either."""
+    (permanently frozen ones stay frozen)."""
     for name, param in net.named_parameters():
         if not under(name, [head]) and not under(name, keep):
             param.requires_grad_(not frozen)
-    if frozen:
-        batchnorms_eval(net, head)
 
 
 def batchnorms_eval(net: nn.Module, head: str) -> None:
@@ -67,8 +63,7 @@ def drop_backbone_grads(net: nn.Module, head: str) -> None:
 def freeze_for_good(net: nn.Module, prefixes: list[str]) -> None:
     names = [name for name, _ in net.named_parameters()]
     for prefix in prefixes:
-        hits = [n for n in names if under(n, [prefix])]
-        if not hits:
+        if not any(under(n, [prefix]) for n in names):
             top = sorted({n.split(".")[0] for n in names})
             raise UserError(
                 f"model.freeze: {prefix!r} matches no parameter; top-level names are {top}"
@@ -78,10 +73,3 @@ def freeze_for_good(net: nn.Module, prefixes: list[str]) -> None:
             param.requires_grad_(False)
     if prefixes and not any(p.requires_grad for p in net.parameters()):
         raise UserError(f"model.freeze={prefixes} freezes every parameter; nothing would train")
-
-
-def arguments(factory: Callable) -> set[str]:
-    try:
-        return set(inspect.signature(factory).parameters)
-    except (TypeError, ValueError):
-        return set()

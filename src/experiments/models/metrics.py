@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from torchmetrics import Metric
 
-from experiments.compat.lightning import logger_step
 from experiments.errors import UserError
 
 
@@ -166,43 +165,28 @@ def logging_step(trainer, global_step: int) -> bool:
     return (global_step + 1) % every == 0 or trainer.should_stop
 
 
-def log_step(trainer, values: dict[str, torch.Tensor]) -> None:
-    """Per-step values (``train/loss_step``) on a logging step, straight to the loggers, at
-    the step and with the ``epoch`` key Lightning's own step logging uses.
+def log_to_loggers(trainer, values: dict[str, Any], step: int | None = None) -> None:
+    """Hand values straight to every logger and to ``trainer.callback_metrics``, which the
+    progress bar shows and ``metrics.json`` records: per-step values (``train/loss_step``,
+    at ``step``, the one Lightning's own step logging uses) and epoch-level values that
+    nothing monitors (per-class metrics, at the current step). Only rank 0 writes, one row
+    with the ``epoch`` key; epoch-level values must already be the same on every rank (e.g.
+    from a confusion matrix summed over ranks).
 
     ``self.log`` costs ~1.5 ms per call on a CPU, mostly Lightning re-homing its result
     object (a walk of its ``__dict__``) on every call: ~150 µs a step at
-    ``log_every_n_steps=10`` on a small net. This reads each value once (the host sync
-    Lightning's logging does too); ``trainer.callback_metrics`` keeps the latest, which
-    the progress bar shows and ``metrics.json`` records.
-    """
-    # Lightning saves the loggers after this step
-    _to_loggers(trainer, values, step=logger_step(trainer))
-
-
-def log_to_loggers(trainer, values: dict[str, Any]) -> None:
-    """Hand epoch-level values that nothing monitors (per-class metrics) straight to every
-    logger and to ``trainer.callback_metrics`` (so metrics.json has them).
-
-    ``self.log`` costs ~0.3 ms per key even once per epoch (Lightning re-homes its result
-    state on every call): 30 per-class keys were ~10 % of a short epoch's time. The values
-    must already be the same on every rank (e.g. from a confusion matrix summed over
-    ranks); only rank 0 writes them, in a row of their own at the current step and epoch.
+    ``log_every_n_steps=10`` on a small net, and ~0.3 ms per key even once per epoch (30
+    per-class keys were ~10 % of a short epoch's time). This reads each value once (the host
+    sync Lightning's logging does too).
     """
     if trainer is None or not values or trainer.sanity_checking:
         return
-    _to_loggers(trainer, values, step=trainer.global_step)
-
-
-def _to_loggers(trainer, values: dict[str, Any], step: int) -> None:
-    """``values`` as floats into ``trainer.callback_metrics`` and, on rank 0, as one row
-    (with ``epoch``) at ``step`` to every logger."""
     floats = {key: float(value) for key, value in values.items()}
     trainer.callback_metrics.update({k: torch.tensor(v) for k, v in floats.items()})
     if trainer.is_global_zero:
         row = {**floats, "epoch": trainer.current_epoch}
         for logger in trainer.loggers:
-            logger.log_metrics(row, step=step)
+            logger.log_metrics(row, step=trainer.global_step if step is None else step)
 
 
 def run_test(trainer, model, datamodule) -> dict[str, float]:

@@ -10,7 +10,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from experiments.compat.lightning import attached_trainer
+from experiments.compat.lightning import attached_trainer, logger_step
 from experiments.config.hints import Ge, Gt, Lt
 from experiments.errors import UserError
 from experiments.models import finetune
@@ -20,19 +20,18 @@ from experiments.models.metrics import (
     RunningMean,
     TrainTotals,
     epoch_ends_here,
-    log_step,
     log_to_loggers,
     logging_step,
     resolve_top_k,
     summarize,
 )
-from experiments.models.schedules import with_scheduler
+from experiments.models.schedules import TaskSteps, with_scheduler
 from experiments.models.tta import TTA, tta_views
 from experiments.models.weights_fit import load_fitted
 from experiments.runs.layout import RunDir
 
 
-class ClassificationModule(L.LightningModule):
+class ClassificationModule(TaskSteps, L.LightningModule):
     """Trains ``net`` on raw logits and logs ``stage/loss``, ``stage/acc``, ``stage/macro_f1``,
     ``stage/balanced_acc`` (+ ``stage/top<k>_acc`` and per-class precision / recall).
 
@@ -122,23 +121,15 @@ class ClassificationModule(L.LightningModule):
         )
         if channels_last:
             net = net.to(memory_format=torch.channels_last)
-        self.net = net
-        self.channels_last = channels_last
-        self.monitor = monitor
-        if ema_decay is not None and not 0.0 < float(ema_decay) < 1.0:
-            raise UserError(
-                f"model.ema_decay={ema_decay} must be in (0, 1), e.g. 0.999; null turns it off"
-            )
+        self.net, self.channels_last = net, channels_last
         if tta not in TTA:
             raise UserError(f"model.tta={tta!r} is not valid; use one of {', '.join(TTA)}")
-        self.ema_decay = None if ema_decay is None else float(ema_decay)
         self.tta = str(tta)
         # the weights that are validated, tested and exported (RunDir.best/last_weights);
-        # an average of them is swapped in by callbacks.WeightAveraging
+        # an average of them (model.ema_decay: the builder's WeightAveraging) is swapped in
         self.export_prefix = "net."
-        self.optimizer_factory = optimizer
-        self.scheduler_factory = scheduler
-        self.scheduler_interval = scheduler_interval
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        self.scheduler_interval, self.monitor = scheduler_interval, monitor
         smoothing, tau = float(label_smoothing), logit_adjustment_tau
         self.loss_fn = make_loss(str(loss), smoothing, weights, focal_gamma, class_prior, tau)
         # one metric per stage: their states must not mix (nn.Module owns "train", so no ModuleDict)
@@ -156,13 +147,9 @@ class ClassificationModule(L.LightningModule):
         fine_tuning = self.freeze_backbone_epochs > 0 or self.backbone_lr_scale != 1.0
         self.head = finetune.resolve_head(net, head) if fine_tuning or init_from else None
         self.init_from, self.init_exclude = init_from, [str(p) for p in init_exclude]
-        self._backbone_frozen = False
-
-    @property
-    def warming_up(self) -> bool:
-        """True in the head-only epochs of a fine-tune: a checkpoint of such an epoch never
-        wins a tie against one of the whole net (``StateDictCheckpoint``)."""
-        return self._backbone_frozen
+        # True in the head-only epochs of a fine-tune: a checkpoint of such an epoch never
+        # wins a tie against one of the whole net (StateDictCheckpoint)
+        self.warming_up = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -183,10 +170,9 @@ class ClassificationModule(L.LightningModule):
                     "(it never finished a validation epoch)"
                 )
         label = f"model.init_from={source}"
-        report = load_fitted(
+        return load_fitted(
             self.net, path, [self.head or ""], label, strict=False, exclude=self.init_exclude
         )
-        return report
 
     def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> torch.Tensor:
         x, y = batch  # x: (B, C, H, W); y: (B,) class indices or (B, K) one-hot/soft targets
@@ -205,8 +191,8 @@ class ClassificationModule(L.LightningModule):
                 values = self.train_totals.take(self.trainer.strategy)
                 self.log("train/loss", values["train/loss"], prog_bar=True, **epoch)
                 self.log("train/acc", values["train/acc"], **epoch)
-            if logging_step(trainer, self.global_step):
-                log_step(trainer, {"train/loss_step": loss.detach()})
+            if logging_step(trainer, self.global_step):  # Lightning saves the loggers after it
+                log_to_loggers(trainer, {"train/loss_step": loss.detach()}, logger_step(trainer))
             return loss
         getattr(self, f"{stage}_stats").update(logits.detach(), labels)
         if stage == "test" and self.tta != "none":
@@ -226,23 +212,19 @@ class ClassificationModule(L.LightningModule):
             views = [v.contiguous(memory_format=torch.channels_last) for v in views]
         return torch.stack([self.net(v).float().softmax(1) for v in views]).mean(0).log()
 
-    def _log_tta_stats(self) -> None:
-        """``test/tta/{acc,balanced_acc,macro_f1}``: the names eval's ``tta=`` reports."""
-        stats = self.test_tta_stats
+    def _take(self, stats: ConfusionStats) -> dict[str, torch.Tensor] | None:
+        """Once per epoch: the confusion matrix (summed over ranks) -> every metric; None
+        when nothing was counted. The counts start again at zero."""
         if stats.update_count == 0:
-            return
+            return None
         values = summarize(*stats.compute(), top_k=self.top_k)
         stats.reset()
-        for key in ("acc", "balanced_acc", "macro_f1"):
-            self.log(f"test/tta/{key}", values[key])
+        return values
 
     def _log_epoch_stats(self, stage: str) -> None:
-        """Once per epoch: the confusion matrix (summed over ranks) -> every metric."""
-        stats = getattr(self, f"{stage}_stats")
-        if stats.update_count == 0:
+        values = self._take(getattr(self, f"{stage}_stats"))
+        if values is None:
             return
-        values = summarize(*stats.compute(), top_k=self.top_k)
-        stats.reset()
         trainer = attached_trainer(self)
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         names = list(getattr(datamodule, "class_names", None) or [])
@@ -261,22 +243,22 @@ class ClassificationModule(L.LightningModule):
     def on_train_epoch_start(self) -> None:
         if self.freeze_backbone_epochs > 0:
             frozen = self.current_epoch < self.freeze_backbone_epochs
-            self._backbone_frozen = frozen
+            self.warming_up = frozen
             if attached_trainer(self) is None or self.trainer.world_size <= 1:
                 finetune.freeze_backbone(self.net, self.head, frozen, self.hparams.freeze)
-            if not frozen:
-                self.net.train()  # the backbone's BatchNorms learn again
-            else:
+            if frozen:  # the backbone's BatchNorms in eval mode: no drift of their statistics
                 finetune.batchnorms_eval(self.net, self.head)
+            else:
+                self.net.train()  # the backbone's BatchNorms learn again
 
     def train(self, mode: bool = True):
         super().train(mode)
-        if mode and self._backbone_frozen:  # Lightning re-enters train mode after validation
+        if mode and self.warming_up:  # Lightning re-enters train mode after validation
             finetune.batchnorms_eval(self.net, self.head)
         return self
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        if self._backbone_frozen and self.trainer.world_size > 1:
+        if self.warming_up and self.trainer.world_size > 1:
             finetune.drop_backbone_grads(self.net, self.head)
 
     def on_validation_epoch_start(self) -> None:
@@ -290,28 +272,21 @@ class ClassificationModule(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch_stats("test")
-        self._log_tta_stats()
+        values = self._take(self.test_tta_stats)
+        if values is not None:  # the names eval's tta= reports
+            for key in ("acc", "balanced_acc", "macro_f1"):
+                self.log(f"test/tta/{key}", values[key])
 
-    def training_step(self, batch, batch_idx):
-        return self._shared_step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        return self._shared_step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        return self._shared_step(batch, "test")
+    def trained_parameters(self) -> list[nn.Parameter]:
+        frozen_for_good = self.hparams.freeze
+        return [p for n, p in self.net.named_parameters() if not finetune.under(n, frozen_for_good)]
 
     def configure_optimizers(self):
-        frozen_for_good = self.hparams.freeze
-        if self.head is not None and (self.freeze_backbone_epochs or self.backbone_lr_scale != 1):
-            backbone, head = finetune.split_parameters(self.net, self.head, frozen_for_good)
-            optimizer = self.optimizer_factory([{"params": backbone}, {"params": head}])
-            optimizer.param_groups[0]["lr"] *= self.backbone_lr_scale
-        else:
-            params = [
-                p for n, p in self.net.named_parameters() if not finetune.under(n, frozen_for_good)
-            ]
-            optimizer = self.optimizer_factory(params)
+        if not self.freeze_backbone_epochs and self.backbone_lr_scale == 1:
+            return super().configure_optimizers()
+        backbone, head = finetune.split_parameters(self.net, self.head, self.hparams.freeze)
+        optimizer = self.optimizer_factory([{"params": backbone}, {"params": head}])
+        optimizer.param_groups[0]["lr"] *= self.backbone_lr_scale
         return with_scheduler(
             self, optimizer, self.scheduler_factory, self.scheduler_interval, self.monitor
         )

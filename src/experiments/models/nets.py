@@ -15,10 +15,12 @@ from torchvision.models import resnet18 as tv_resnet18
 from experiments.config.hints import Ge, Gt, Le, Length, Lt
 
 
-def conv_bn_relu(c_in: int, c_out: int, bn_momentum: float = 0.1) -> list[nn.Module]:
-    """3x3 conv (same padding, no bias) -> BatchNorm -> ReLU. Keeps H and W."""
+def conv_bn_relu(
+    c_in: int, c_out: int, bn_momentum: float = 0.1, kernel: int = 3, stride: int = 1
+) -> list[nn.Module]:
+    """Conv (same padding, no bias) -> BatchNorm -> ReLU. Keeps H and W at stride 1."""
     return [
-        nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+        nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=kernel // 2, bias=False),
         nn.BatchNorm2d(c_out, momentum=bn_momentum),
         nn.ReLU(inplace=True),
     ]
@@ -103,12 +105,8 @@ class CNN(nn.Module):
         grid = (min(head_pool, h), min(head_pool, w))
         head: list[nn.Module] = [nn.AdaptiveAvgPool2d(grid), nn.Flatten()]  # (B, c * gh * gw)
         width = c * grid[0] * grid[1]
-        if hidden > 0:
-            head += [
-                nn.Dropout(dropout),
-                nn.Linear(width, hidden),
-                nn.ReLU(inplace=True),
-            ]  # (B, hidden)
+        if hidden > 0:  # (B, hidden)
+            head += [nn.Dropout(dropout), nn.Linear(width, hidden), nn.ReLU(inplace=True)]
             width = hidden
         head += [nn.Dropout(dropout), nn.Linear(width, num_classes)]  # (B, num_classes)
         self.head = nn.Sequential(*head)
@@ -168,11 +166,7 @@ class ResNet9(nn.Module):
         super().__init__()
         c, h, w = in_shape
         stride = 2 if min(h, w) > large_input else 1
-        prep: list[nn.Module] = [
-            nn.Conv2d(c, widths[0], 3, stride=stride, padding=1, bias=False),
-            nn.BatchNorm2d(widths[0]),
-            nn.ReLU(inplace=True),
-        ]
+        prep = conv_bn_relu(c, widths[0], stride=stride)
         if stride == 2:
             prep.append(nn.MaxPool2d(2))
             h, w = h // 4, w // 4
@@ -249,13 +243,8 @@ class SpeedNet(nn.Module):
         super().__init__()
         c, h, w = in_shape
         layers: list[nn.Module] = []
-        for i, out in enumerate(widths):
-            k = stem_kernel if i == 0 else 3
-            layers += [
-                nn.Conv2d(c, out, k, padding=k // 2, bias=False),
-                nn.BatchNorm2d(out, momentum=bn_momentum),
-                nn.ReLU(inplace=True),
-            ]  # (B, out, h, w)
+        for i, out in enumerate(widths):  # (B, out, h, w), then pooled
+            layers += conv_bn_relu(c, out, bn_momentum, stem_kernel if i == 0 else 3)
             if min(h, w) >= 2:
                 layers.append(nn.MaxPool2d(2))  # (B, out, h/2, w/2)
                 h, w = h // 2, w // 2

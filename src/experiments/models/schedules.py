@@ -4,6 +4,7 @@ after every optimizer step."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from typing import Annotated
@@ -13,7 +14,6 @@ from torch.optim.lr_scheduler import LambdaLR, OneCycleLR
 
 from experiments.config.hints import Ge, Le
 from experiments.errors import UserError
-from experiments.models.finetune import arguments
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +67,8 @@ def _warmup_share(warmup_epochs: float, total_epochs: int) -> float:
     before training; a run cut shorter by the trainer (fast_dev_run, limits) gets half."""
     share = warmup_epochs / max(total_epochs, 1)
     if not 0 <= share < 1:
-        log.warning(
-            "warmup of %s epochs in a %d-epoch run: warming up over half of it",
-            warmup_epochs,
-            total_epochs,
-        )
+        log.warning("warmup of %s epochs in a %d-epoch run: warming up over half of it",
+                    warmup_epochs, total_epochs)  # fmt: skip
         share = 0.5
     return share
 
@@ -82,7 +79,11 @@ def with_scheduler(module, optimizer, scheduler_factory, interval: str, monitor:
     length and stepped per optimizer step; another one every ``interval``."""
     if scheduler_factory is None:
         return optimizer
-    if "total_steps" in arguments(scheduler_factory):
+    try:
+        whole_run = "total_steps" in inspect.signature(scheduler_factory).parameters
+    except (TypeError, ValueError):
+        whole_run = False
+    if whole_run:
         scheduler = scheduler_factory(
             optimizer,
             total_steps=int(module.trainer.estimated_stepping_batches),
@@ -96,10 +97,11 @@ def with_scheduler(module, optimizer, scheduler_factory, interval: str, monitor:
 
 
 class TaskSteps:
-    """The steps a task module (regression, segmentation) shares, mixed in before
-    ``L.LightningModule``: train/val/test each call ``_shared_step(batch, stage)``, and
-    ``configure_optimizers`` builds the optimizer over ``trained_parameters()`` from the
-    module's ``optimizer_factory`` and ``scheduler_factory`` (``with_scheduler``)."""
+    """The steps every task module shares, mixed in before ``L.LightningModule``:
+    train/val/test each call ``_shared_step(batch, stage)``, and ``configure_optimizers``
+    builds the optimizer over ``trained_parameters()`` from the module's
+    ``optimizer_factory`` and ``scheduler_factory`` (``with_scheduler``; the classifier
+    builds its own, for fine-tuning's parameter groups)."""
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         return self._shared_step(batch, "train")

@@ -18,6 +18,7 @@ from torchmetrics.segmentation import DiceScore, MeanIoU
 
 from experiments.config.hints import Ge
 from experiments.errors import UserError, one_line
+from experiments.models.backbones import forward_one
 from experiments.models.schedules import TaskSteps
 from experiments.models.unet import UNet
 
@@ -161,7 +162,7 @@ class SegmentationModule(TaskSteps, L.LightningModule):
         return self.net.parameters()
 
 
-def check_shape(shape: tuple, in_channels: int, depth: int, net: nn.Module | None = None) -> None:
+def check_shape(shape: tuple, in_channels: int, depth: int, net: nn.Module) -> None:
     """Refuse images ``(C, H, W)`` the net cannot take, in one line naming the key.
 
     Raises:
@@ -175,30 +176,21 @@ def check_shape(shape: tuple, in_channels: int, depth: int, net: nn.Module | Non
         raise UserError(
             f"model.in_channels={in_channels}, but the images have {c}: set model.in_channels={c}"
         )
-    if net is not None and not isinstance(net, UNet):
-        _check_output_size(net, c, h, w)
+    if isinstance(net, UNet):
+        step = 2**depth
+        if h % step or w % step:
+            raise UserError(
+                f"images of {h}x{w}: model.depth={depth} needs H and W divisible by {step}; "
+                f"set data.image_size or a smaller model.depth"
+            )
         return
-    step = 2**depth
-    if h % step or w % step:
-        raise UserError(
-            f"images of {h}x{w}: model.depth={depth} needs H and W divisible by {step}; "
-            f"set data.image_size or a smaller model.depth"
-        )
-
-
-def _check_output_size(net: nn.Module, c: int, h: int, w: int) -> None:
-    training = net.training
-    net.eval()  # BatchNorm on one image in train mode refuses a 1x1 map; eval mode does not
     try:
-        with torch.no_grad():
-            out = net(torch.zeros(1, c, h, w, device=next(net.parameters()).device))
+        out = forward_one(net, (c, h, w))
     except (RuntimeError, ValueError) as e:
         raise UserError(
             f"images of {h}x{w} do not fit this net ({one_line(e)}): set data.image_size "
             "(sides divisible by 32 for most segmentation-models-pytorch nets)"
         ) from None
-    finally:
-        net.train(training)
     if tuple(out.shape[-2:]) != (h, w):
         raise UserError(
             f"images of {h}x{w} give masks of {out.shape[-2]}x{out.shape[-1]}: set "

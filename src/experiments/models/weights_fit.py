@@ -26,10 +26,8 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     ``_orig_mod.`` prefixes are dropped)."""
     path = Path(path)
     obj = safe_load(path)  # by suffix: safetensors, else torch.load(weights_only=True)
-    for key in _WRAPPERS:
-        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
-            obj = obj[key]
-            break
+    if isinstance(obj, dict):
+        obj = next((obj[key] for key in _WRAPPERS if isinstance(obj.get(key), dict)), obj)
     if not isinstance(obj, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
     ):
