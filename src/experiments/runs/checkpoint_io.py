@@ -91,10 +91,9 @@ def newest_valid_checkpoint(folder: Path) -> tuple[Path, dict] | None:
 
 def remove_stale_temp_files(folder: Path) -> int:
     """Delete ``.*.tmp`` files left in ``folder`` by a write that was killed half-way."""
-    count = 0
-    for tmp in Path(folder).glob(".*.tmp"):
+    stale = list(Path(folder).glob(".*.tmp"))
+    for tmp in stale:
         tmp.unlink(missing_ok=True)
-        count += 1
-    if count:
-        log.info("removed %d stale temporary file(s) from %s", count, folder)
-    return count
+    if stale:
+        log.info("removed %d stale temporary file(s) from %s", len(stale), folder)
+    return len(stale)

@@ -203,35 +203,28 @@ def check_writable(folder: str | os.PathLike, key: str) -> None:
         ) from None
 
 
+# the errors of a failed write, in a few words
+WRITE_PROBLEMS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EEXIST: "a file is in the way",  # a file where a folder should be
+    errno.ENOTDIR: "a file is in the way",
+}
+
+
 def write_problem(err: OSError) -> str:
     """What an OSError from writing means, in a few words, with the path it names."""
-    what = {
-        errno.ENOSPC: "no space left on the device",
-        errno.EDQUOT: "disk quota exceeded",
-        errno.EROFS: "read-only file system",
-        errno.EACCES: "permission denied",
-        errno.EPERM: "permission denied",
-        errno.EEXIST: "a file is in the way",
-        errno.ENOTDIR: "a file is in the way",
-    }.get(err.errno, err.strerror or type(err).__name__)
+    what = WRITE_PROBLEMS.get(err.errno, err.strerror or type(err).__name__)
     return f"{what}: {err.filename}" if err.filename else what
-
-
-WRITE_ERRNOS = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
-    | {errno.EEXIST, errno.ENOTDIR}  # a file where a folder should be
-)
-
-
-def find_write_error(err: BaseException | None) -> OSError | None:
-    """The OSError of a failed write (full disk, read-only, permissions) behind ``err``."""
-    return find_in_chain(err, lambda e: isinstance(e, OSError) and e.errno in WRITE_ERRNOS)
 
 
 def write_error(err: BaseException, run_dir) -> UserError | None:
     """A write that failed while training (a full disk, a file system turned read-only) as
     the one line to act on: the newest checkpoint written whole is still there."""
-    os_error = find_write_error(err)
+    os_error = find_in_chain(err, lambda e: isinstance(e, OSError) and e.errno in WRITE_PROBLEMS)
     if os_error is None:
         return None
     return UserError(

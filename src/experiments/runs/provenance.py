@@ -90,17 +90,19 @@ def _installed() -> list[str]:
     return sorted(found.values(), key=str.lower)
 
 
-def environment(seed: Any, device: str, git: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Provenance of this process: git state, command line, versions, host, device, seed."""
+def write_environment(
+    run_dir: Path, seed: Any, device: str, git: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Write ``env.json`` (this process's git state, command line, versions, host, device,
+    seed), ``git.diff`` when the checkout has uncommitted changes, ``requirements.txt`` and
+    ``reproduce.sh``."""
     import torch  # lazy: the command line imports this module before the cheap check
 
-    if git is None:
-        git = start_git_probe()()
-    argv = redact_argv(sys.argv)
-    return {
+    git = git if git is not None else start_git_probe()()
+    env = {
         "git_commit": git.get("git_commit"),
         "git_dirty": git.get("git_dirty"),
-        "command": [sys.executable, *argv],
+        "command": [sys.executable, *redact_argv(sys.argv)],
         "python": platform.python_version(),
         "torch": torch.__version__,
         "lightning": version("lightning"),
@@ -113,15 +115,6 @@ def environment(seed: Any, device: str, git: dict[str, Any] | None = None) -> di
         # a requeued SLURM job finds its run dir again by this id
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }
-
-
-def write_environment(
-    run_dir: Path, seed: Any, device: str, git: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Write ``env.json``, ``git.diff`` when the checkout has uncommitted changes,
-    ``requirements.txt`` and ``reproduce.sh``."""
-    git = git if git is not None else start_git_probe()()
-    env = environment(seed, device, git)
     layout = RunDir(run_dir)
     write_json(layout.env, env)
     if env["git_dirty"]:

@@ -182,13 +182,8 @@ def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
             f"{run_dir} already finished {epochs_done} epochs ({METRICS}); raise "
             f"trainer.max_epochs to train on, or start a new run"
         )
-    log.info(
-        "resuming %s from %s (in epoch %d, at step %d)",
-        run_dir,
-        path.name,
-        int(checkpoint.get("epoch", 0)) + 1,
-        checkpoint.get("global_step", 0),
-    )
+    step = checkpoint.get("global_step", 0)
+    log.info("resuming %s from %s (in epoch %d, at step %d)", run_dir, path.name, epochs_done, step)
     if run.finished:
         run.metrics.rename(run.previous_metrics)
     return path

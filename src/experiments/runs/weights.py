@@ -34,10 +34,7 @@ def save_state_dict(state_dict: dict, path: str | os.PathLike) -> Path:
 
 def strip_compile_prefix(state_dict: dict) -> dict:
     """Drop the ``_orig_mod.`` that ``torch.compile(module)`` puts in front of every key."""
-    return {
-        k.replace(COMPILE_PREFIX, "") if COMPILE_PREFIX in k else k: v
-        for k, v in state_dict.items()
-    }
+    return {k.replace(COMPILE_PREFIX, ""): v for k, v in state_dict.items()}
 
 
 def safe_load(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
@@ -53,22 +50,19 @@ def safe_load(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
     if path.stat().st_size == 0:
         raise UserError(f"checkpoint {path} is empty (0 bytes)")
     if path.suffix == SAFETENSORS:
-        return _load_safetensors(path, map_location)
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # truncated zip, pickle refused by the weights-only unpickler, ...
-        reason = one_line(err)
-        if "weights_only" in str(err) or "Unsupported" in str(err):
-            reason = "it holds pickled objects that are not plain data (refused, not run)"
-        raise UserError(f"checkpoint {path} cannot be loaded: {reason[:200]}") from None
-
-
-def _load_safetensors(path: Path, map_location: Any) -> dict:
-    device = str(map_location) if isinstance(map_location, str) else "cpu"
-    try:
-        return load_file(path, device=device)
-    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        raise UserError(f"checkpoint {path} cannot be loaded: {one_line(err)[:200]}") from None
+        device = str(map_location) if isinstance(map_location, str) else "cpu"
+        try:
+            return load_file(path, device=device)
+        except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+            reason = one_line(err)
+    else:
+        try:
+            return torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as err:  # truncated zip, pickle refused by the weights-only unpickler
+            reason = one_line(err)
+            if "weights_only" in str(err) or "Unsupported" in str(err):
+                reason = "it holds pickled objects that are not plain data (refused, not run)"
+    raise UserError(f"checkpoint {path} cannot be loaded: {reason[:200]}")
 
 
 def read_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
