@@ -39,7 +39,6 @@ class RunInterrupted(Exception):
             f"stopped by {name} in epoch {epoch}, at step {step}; checkpoint: {checkpoint}"
         )
         self.signum = signum
-        self.checkpoint = checkpoint
 
 
 class FaultTolerance(L.Callback):

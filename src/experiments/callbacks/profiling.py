@@ -87,19 +87,15 @@ class Profiling(L.Callback):
         row_limit: int = 25,
         data_bound_threshold: float = 0.25,
     ) -> None:
-        self.enabled = enabled
+        self.enabled, self.epoch = enabled, epoch
         self.dirpath = Path(dirpath) if dirpath else None
-        self.epoch = epoch
         self.wait, self.warmup, self.active = wait, warmup, active
-        self.record_shapes = record_shapes
-        self.profile_memory = profile_memory
-        self.row_limit = row_limit
-        self.data_bound_threshold = data_bound_threshold
+        self.record_shapes, self.profile_memory = record_shapes, profile_memory
+        self.row_limit, self.data_bound_threshold = row_limit, data_bound_threshold
         self._prof: profile | None = None
         self._trace_written = False
         self._reset_timers()
         self._clock: _FetchClock | None = None
-        self.summary: dict | None = None
 
     def now(self) -> float:
         """The clock every interval is read from (seconds)."""
@@ -194,7 +190,6 @@ class Profiling(L.Callback):
         cached = getattr(trainer.datamodule, "cache", None)
         verdict = self._verdict(frac, loop_frac, num_workers, pin_memory, cuda, cached)
         sort_key = "device_time_total" if cuda else "cpu_time_total"
-        table = ""
         if self._trace_written:
             table = prof.key_averages().table(sort_by=sort_key, row_limit=self.row_limit)
         else:
@@ -203,7 +198,7 @@ class Profiling(L.Callback):
                 f"wait+warmup+active={self.wait + self.warmup + self.active})\n"
             )
         (self.dirpath / "ops.txt").write_text(table)
-        self.summary = {
+        summary = {
             "epoch": trainer.current_epoch + 1,  # 1-based, as the console counts
             "steps": self._steps,
             "samples": self._samples,
@@ -222,21 +217,13 @@ class Profiling(L.Callback):
             "ops_sorted_by": sort_key,
             "verdict": verdict,
         }
-        if trainer.is_global_zero:
-            write_json(self.dirpath / "summary.json", self.summary)
+        write_json(self.dirpath / "summary.json", summary)  # rank 0 only: _active
         for key in ("data_wait_frac", "steps_per_s", "samples_per_s"):
-            pl_module.log(f"perf/{key}", float(self.summary[key]), rank_zero_only=True)
+            pl_module.log(f"perf/{key}", float(summary[key]), rank_zero_only=True)
         log.info("profile: %s (%s)", verdict, self.dirpath)
 
-    def _verdict(
-        self,
-        frac: float,
-        loop_frac: float,
-        num_workers: int,
-        pin_memory: bool,
-        cuda: bool,
-        cached: bool | None,
-    ) -> str:
+    def _verdict(self, frac: float, loop_frac: float, num_workers: int, pin_memory: bool,
+                 cuda: bool, cached: bool | None) -> str:  # fmt: skip
         pct, loop = round(100 * frac), round(100 * loop_frac)
         if frac < self.data_bound_threshold:
             return (

@@ -26,6 +26,9 @@ from experiments.runs.weights import save_state_dict
 
 log = logging.getLogger(__name__)
 
+# the choice of the best epoch so far, as a full checkpoint carries it into a resumed run
+_STATE = ("best_score", "best_epoch", "best_tie_value", "best_warming_up", "reason")
+
 
 class StateDictCheckpoint(L.Callback):
     """Save the weights the module validates and exports (its ``export_prefix``: the net, or
@@ -127,7 +130,6 @@ class StateDictCheckpoint(L.Callback):
         path = save_state_dict(weights, self.dirpath / f"{name}{WEIGHTS_SUFFIX}")
         # an older run resumed: its .pt is superseded, and readers would otherwise have two
         (self.dirpath / f"{name}{OLD_WEIGHTS_SUFFIX}").unlink(missing_ok=True)
-        datamodule = trainer.datamodule
         write_json(
             sidecar_of(path),
             {
@@ -139,12 +141,7 @@ class StateDictCheckpoint(L.Callback):
                 "monitor": self.monitor,
                 "value": value,
                 "net": self.net_config,
-                # what an image classifier's data knows; a task of your own has neither
-                **_known("in_shape", getattr(datamodule, "input_shape", None)),
-                **_known("class_names", getattr(datamodule, "class_names", None)),
-                # a table's: the columns predict reads, and the target's train statistics
-                **_known("feature_names", getattr(datamodule, "feature_names", None)),
-                **_target(datamodule),
+                **_data_facts(trainer.datamodule),
                 # every validation scalar of this epoch: what "val/*" means at the chosen epoch
                 "metrics": _val_scalars(trainer.callback_metrics),
                 **({"reason": self.reason, "warnings": self.warnings} if name == "best" else {}),
@@ -160,12 +157,8 @@ class StateDictCheckpoint(L.Callback):
             return
         value = float(current)
         if not math.isfinite(value):
-            log.warning(
-                "%s is %s at epoch %d: the best weights kept as they were",
-                self.monitor,
-                value,
-                trainer.current_epoch,
-            )
+            log.warning("%s is %s at epoch %d: the best weights kept as they were",
+                        self.monitor, value, trainer.current_epoch)  # fmt: skip
             return
         self._check_ranking(trainer, value)
         tie = trainer.callback_metrics.get(self.tie_break) if self.tie_break else None
@@ -227,22 +220,13 @@ class StateDictCheckpoint(L.Callback):
         self._save(trainer, pl_module, "last", None if current is None else float(current))
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "best_score": self.best_score,
-            "best_epoch": self.best_epoch,
-            "best_tie_value": self.best_tie_value,
-            "best_warming_up": self.best_warming_up,
-            "reason": self.reason,
-            "warnings": list(self.warnings),
-            "warned": sorted(self._warned),
-        }
+        state = {key: getattr(self, key) for key in _STATE}
+        return {**state, "warnings": list(self.warnings), "warned": sorted(self._warned)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.best_score = state_dict.get("best_score")
-        self.best_epoch = state_dict.get("best_epoch")
-        self.best_tie_value = state_dict.get("best_tie_value")
-        self.best_warming_up = bool(state_dict.get("best_warming_up", False))
-        self.reason = state_dict.get("reason")
+        for key in _STATE:
+            setattr(self, key, state_dict.get(key))
+        self.best_warming_up = bool(self.best_warming_up)
         self.warnings = list(state_dict.get("warnings") or [])
         self._warned = set(state_dict.get("warned") or [])
 
@@ -266,35 +250,31 @@ def exported(pl_module) -> torch.nn.Module:
     return pl_module.get_submodule(prefix) if prefix else pl_module
 
 
-def _known(key: str, value) -> dict:
-    """``{key: list(value)}``, or nothing when the data module has no such value."""
-    return {key: list(value)} if value else {}
-
-
-def _target(datamodule) -> dict:
-    """``{"target": {"column", "mean", "std"}}`` of a data module that standardizes a
-    numeric target (``TabularData.standardization``, fitted on the train split): what the
-    model card says its predictions are in; nothing for any other data."""
+def _data_facts(datamodule) -> dict:
+    """What the data module knows, for the sidecar: an image classifier's ``in_shape`` and
+    ``class_names``; a table's ``feature_names`` (the columns predict reads) and ``target``
+    (``column``, ``mean``, ``std``) when it standardizes a numeric target
+    (``TabularData.standardization``, fitted on the train split: what the model card says
+    its predictions are in). A task of your own may have none of them."""
+    facts = {}
+    for key, attr in (("in_shape", "input_shape"), ("class_names", "class_names"),
+                      ("feature_names", "feature_names")):  # fmt: skip
+        value = getattr(datamodule, attr, None)
+        if value:
+            facts[key] = list(value)
     stats = getattr(datamodule, "standardization", None)
-    if not isinstance(stats, dict) or "target_mean" not in stats:
-        return {}
-    column = getattr(datamodule, "target_column", None)
-    return {
-        "target": {
+    if isinstance(stats, dict) and "target_mean" in stats:
+        column = getattr(datamodule, "target_column", None)
+        facts["target"] = {
             "column": None if column is None else str(column),
             "mean": float(stats["target_mean"]),
             "std": float(stats["target_std"]),
         }
-    }
+    return facts
 
 
 def _val_scalars(metrics) -> dict[str, float]:
     """The ``val/*`` scalars Lightning holds now (finite numbers only: JSON has no NaN)."""
-    out = {}
-    for key, value in metrics.items():
-        if not str(key).startswith("val/") or getattr(value, "numel", lambda: 1)() != 1:
-            continue
-        number = float(value)
-        if math.isfinite(number):
-            out[str(key)] = number
-    return out
+    scalars = {str(key): value for key, value in metrics.items() if str(key).startswith("val/")}
+    numbers = {k: float(v) for k, v in scalars.items() if getattr(v, "numel", lambda: 1)() == 1}
+    return {key: number for key, number in numbers.items() if math.isfinite(number)}

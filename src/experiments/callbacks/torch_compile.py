@@ -41,11 +41,8 @@ class TorchCompile(L.Callback):
         dynamic: bool | None = None,
         backend: str = "inductor",
     ) -> None:
-        self.enabled = enabled
-        self.mode = mode
-        self.fullgraph = fullgraph
-        self.dynamic = dynamic
-        self.backend = backend
+        self.enabled, self.mode, self.backend = enabled, mode, backend
+        self.fullgraph, self.dynamic = fullgraph, dynamic
         self.compiled = False
         self.first_step_s: float | None = None
         self.graph_breaks: int | None = None
@@ -89,10 +86,8 @@ class TorchCompile(L.Callback):
             self.graph_breaks,
             "".join(f"\n  - {r} (x{n})" for r, n in list(self.break_reasons.items())[:5]),
         )
-        pl_module.log("compile/first_step_s", self.first_step_s, on_step=False, on_epoch=True)
-        pl_module.log(
-            "compile/graph_breaks", float(self.graph_breaks), on_step=False, on_epoch=True
-        )
+        for key in ("first_step_s", "graph_breaks"):
+            pl_module.log(f"compile/{key}", float(getattr(self, key)), on_step=False, on_epoch=True)
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         if self._suppress_before is not None:

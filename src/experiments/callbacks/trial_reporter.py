@@ -29,17 +29,10 @@ class TrialReporter(L.Callback):
 
     def __init__(self, settings: Mapping[str, Any], sweep_dir: Path, name: str, number: int,
                  monitor: str) -> None:  # fmt: skip
-        self.settings = dict(settings)
-        self.sweep_dir = Path(sweep_dir)
-        self.name = name
-        self.number = number
-        self.monitor = monitor
+        self.settings, self.sweep_dir = dict(settings), Path(sweep_dir)
+        self.name, self.number, self.monitor = name, number, monitor
         self.pruned_at_epoch: int | None = None
         self._trial = None
-
-    def _open(self):
-        study = open_study(self.settings, self.sweep_dir, self.name, create=False)
-        return trial_by_number(study, self.number)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
@@ -48,7 +41,8 @@ class TrialReporter(L.Callback):
         value = trainer.callback_metrics.get(self.monitor)
         if trainer.is_global_zero and value is not None:
             if self._trial is None:
-                self._trial = self._open()
+                study = open_study(self.settings, self.sweep_dir, self.name, create=False)
+                self._trial = trial_by_number(study, self.number)
             epoch = trainer.current_epoch
             self._trial.report(float(value), step=epoch)
             prune = self._trial.should_prune()
@@ -71,10 +65,7 @@ class TrialReporter(L.Callback):
 def trial_reporter(cfg) -> list[TrialReporter]:
     """``[TrialReporter]`` when this job is a trial of our Optuna sweeper that prunes."""
     number = os.environ.get(TRIAL_ENV)
-    if number is None:
-        return []
-
-    if not HydraConfig.initialized():
+    if number is None or not HydraConfig.initialized():
         return []
     hydra_cfg = HydraConfig.get()
     settings = OmegaConf.to_container(hydra_cfg.sweeper, resolve=True)

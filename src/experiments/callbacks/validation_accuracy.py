@@ -44,10 +44,6 @@ class ValidationAccuracy(L.Callback):
         if self.dirpath is None:
             self.dirpath = Path(trainer.default_root_dir)
 
-    def _class_names(self, trainer, n: int) -> list[str]:
-        names = list(getattr(trainer.datamodule, "class_names", []) or [])
-        return names if len(names) == n else [str(i) for i in range(n)]
-
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         # the module's own confusion matrix (updated on the device every step); compute()
         # sums it over ranks once and caches it until the module resets it after logging
@@ -71,13 +67,9 @@ class ValidationAccuracy(L.Callback):
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         metrics = trainer.callback_metrics
         row = {"epoch": trainer.current_epoch}
-        for key, name in (
-            ("train/loss_epoch", "train/loss"),
-            ("train/loss", "train/loss"),
-            ("val/loss", "val/loss"),
-        ):
-            if key in metrics and name not in row:
-                row[name] = float(metrics[key])
+        for key in ("train/loss_epoch", "train/loss", "val/loss"):  # the first train loss wins
+            if key in metrics:
+                row.setdefault(key.removesuffix("_epoch"), float(metrics[key]))
         if self.epoch_acc is not None:
             row["val/acc"] = self.epoch_acc
         self.history.append(row)
@@ -93,7 +85,9 @@ class ValidationAccuracy(L.Callback):
     def on_fit_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero or self.last_matrix is None:
             return
-        names = self._class_names(trainer, self.last_matrix.shape[0])
+        k = self.last_matrix.shape[0]
+        names = list(getattr(trainer.datamodule, "class_names", []) or [])
+        names = names if len(names) == k else [str(i) for i in range(k)]
         self.dirpath.mkdir(parents=True, exist_ok=True)
         with open(self.dirpath / "confusion_matrix.csv", "w", newline="") as f:
             writer = csv.writer(f)
@@ -122,15 +116,9 @@ class ValidationAccuracy(L.Callback):
             threshold = matrix.max() / 2
             for i in range(k):
                 for j in range(k):
-                    ax.text(
-                        j,
-                        i,
-                        int(matrix[i, j]),
-                        ha="center",
-                        va="center",
-                        fontsize=7,
-                        color="white" if matrix[i, j] > threshold else "black",
-                    )
+                    color = "white" if matrix[i, j] > threshold else "black"
+                    ax.text(j, i, int(matrix[i, j]), ha="center", va="center", fontsize=7,
+                            color=color)  # fmt: skip
         fig.tight_layout()
         fig.savefig(self.dirpath / "confusion_matrix.png", dpi=110)
 

@@ -73,10 +73,6 @@ class WeightAveraging(L.Callback):
         self._last_step = 0  # the optimizer step the EMA was last updated at
         self._loaded: dict[str, Any] | None = None  # a resumed run's state, until fit starts
 
-    @property
-    def state_key(self) -> str:
-        return "WeightAveraging"
-
     # -- the average ----------------------------------------------------------------------
 
     @property
@@ -99,10 +95,6 @@ class WeightAveraging(L.Callback):
     def _swap_out(self) -> None:
         if self._swapped:
             self._swap()
-
-    def _average(self) -> list[torch.Tensor]:
-        """The average's tensors, wherever they are now."""
-        return self._live if self._swapped else self._other
 
     @torch.no_grad()
     def _ema_step(self, step: int) -> None:
@@ -180,12 +172,13 @@ class WeightAveraging(L.Callback):
     def state_dict(self) -> dict[str, Any]:
         if not self._live:
             return {"kind": self.kind}
+        average = self._live if self._swapped else self._other  # wherever it is now
         return {
             "kind": self.kind,
             "decay": self.decay,
             "k": self.k,
             "last_step": self._last_step,
-            "average": dict(zip(self._names, [t.clone() for t in self._average()], strict=True)),
+            "average": dict(zip(self._names, [t.clone() for t in average], strict=True)),
             "window": [dict(zip(self._names, w, strict=True)) for w in self._window],
         }
 

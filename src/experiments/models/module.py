@@ -157,7 +157,7 @@ class ClassificationModule(TaskSteps, L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         _legacy_ema(checkpoint)
 
-    def initialize_from(self, source: str | Path) -> dict[str, list[str]]:
+    def initialize_from(self, source: str | Path) -> None:
         """Load a finished run's best weights (``best.safetensors``, an older run's
         ``best.pt``) or any weights file into the net by name: a head of another class
         count stays new; one line reports what loaded."""
@@ -170,7 +170,7 @@ class ClassificationModule(TaskSteps, L.LightningModule):
                     "(it never finished a validation epoch)"
                 )
         label = f"model.init_from={source}"
-        return load_fitted(
+        load_fitted(
             self.net, path, [self.head or ""], label, strict=False, exclude=self.init_exclude
         )
 

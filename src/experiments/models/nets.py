@@ -1,6 +1,6 @@
-"""Plain nn.Modules. Each takes ``in_shape`` (C, H, W) and ``num_classes`` from the data
-(handed over by training/pipeline.py) plus its own hyper-parameters from config, and returns
-logits."""
+"""Plain nn.Modules. Each takes ``in_shape`` (C, H, W) of one sample and ``num_classes`` (the
+logits it returns) from the data (handed over by training/pipeline.py), plus its own
+hyper-parameters from config (the Args below)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,6 @@ class MLP(nn.Sequential):
     """Flatten -> (Linear -> ReLU [-> Dropout]) per hidden size -> Linear. No softmax.
 
     Args:
-        in_shape: shape of one sample, e.g. ``(1, 8, 8)``.
-        num_classes: number of output logits.
         hidden_sizes: width of each hidden layer.
         dropout: dropout probability after each hidden layer (0 disables it).
     """
@@ -64,8 +62,6 @@ class CNN(nn.Module):
     positions matter for digits) while its size stays independent of the input size.
 
     Args:
-        in_shape: shape of one sample, ``(C, H, W)``.
-        num_classes: number of output logits.
         channels: output channels of each block.
         convs_per_block: conv3x3-BN-ReLU layers per block (2 = VGG style).
         min_pool_size: pool after a block only while ``min(H, W) >= min_pool_size``.
@@ -144,8 +140,6 @@ class ResNet9(nn.Module):
     pool while the map is at least 2x2, so even 8x8 inputs end in a valid map.
 
     Args:
-        in_shape: shape of one sample, ``(C, H, W)``.
-        num_classes: number of output logits.
         widths: channels of prep, layer1, layer2 and layer3. (32, 64, 128, 256) is a
             4x cheaper variant for CPU runs.
         residual_stages: indices of stages (1..3) followed by a residual block.
@@ -193,8 +187,6 @@ def resnet18(in_shape: Sequence[int], num_classes: int, small_input: bool = True
     """torchvision's ResNet-18 (random init, ``weights=None``) adapted to the data.
 
     Args:
-        in_shape: shape of one sample, ``(C, H, W)``; the stem takes ``C`` channels.
-        num_classes: number of output logits.
         small_input: for images up to 64 px, a 3x3 stride-1 stem without max-pool (the
             CIFAR variant) instead of 7x7 stride 2 + max-pool, which would shrink a
             32x32 image to 1x1 by the last stage.
@@ -222,8 +214,6 @@ class SpeedNet(nn.Module):
     Each stage pools only while the map is at least 2x2, so small inputs still work.
 
     Args:
-        in_shape: shape of one sample, ``(C, H, W)``.
-        num_classes: number of output logits.
         widths: output channels of the stem and of each following conv stage.
         stem_kernel: kernel size of the stem convolution (odd).
         dropout: dropout probability before the linear head.

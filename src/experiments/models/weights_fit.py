@@ -68,7 +68,7 @@ def load_fitted(
     label: str,
     strict: bool = True,
     exclude: Sequence[str] = (),
-) -> dict[str, list[str]]:
+) -> None:
     """Load ``source`` into ``net`` by name and log one line of what happened.
 
     Tensors under ``new_ok`` (the head, a replaced stem) may be missing or of another
@@ -76,9 +76,6 @@ def load_fitted(
     only its input-channel count differs. Keys under ``exclude`` are not loaded at all.
     With ``strict`` any other missing, unexpected or wrong-shaped tensor is an error;
     without it such tensors are skipped and reported (``init_from`` a related net).
-
-    Returns:
-        ``{"loaded", "adapted", "new", "skipped"}``: lists of tensor names.
 
     Raises:
         UserError: one line naming the file and what does not fit (details in the log),
@@ -91,7 +88,6 @@ def load_fitted(
     fitted: dict[str, torch.Tensor] = {}
     report: dict[str, list[str]] = {"loaded": [], "adapted": [], "new": [], "skipped": []}
     wrong: list[str] = []  # "name (file shape) vs (net shape)"
-    wrong_keys: list[str] = []
     for key, target in own.items():
         if under(key, exclude) or (key not in state and under(key, new_ok)):
             report["new"].append(key)
@@ -113,10 +109,10 @@ def load_fitted(
             report["new"].append(key)
         else:
             wrong.append(f"{key} {tuple(value.shape)} vs {tuple(target.shape)}")
-            wrong_keys.append(key)
+            report["skipped"].append(key)
     missing = [k for k in own if k not in state and k not in report["new"]]
     unexpected = [k for k in state if k not in own and not under(k, new_ok)]
-    report["skipped"] = sorted([k for k in state if k not in own] + wrong_keys)
+    report["skipped"] = sorted(report["skipped"] + [k for k in state if k not in own])
     problems = [
         (f"{len(missing)} missing", missing),
         (f"{len(unexpected)} unexpected", unexpected),
@@ -142,7 +138,6 @@ def load_fitted(
         len(report["skipped"]),
         f" ({_short(report['skipped'])})" if report["skipped"] else "",
     )
-    return report
 
 
 def _short(names: Sequence[str], n: int = 4) -> str:
