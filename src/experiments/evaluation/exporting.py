@@ -40,7 +40,7 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
         net = run.net
     deployable = Normalized(net, run.normalization()).eval()
     split = "test" if run.has_split("test") else "val"
-    x, y = run.first_batch(split)
+    x, y = next(iter(getattr(run.datamodule, f"{split}_dataloader")()))  # before normalization
     x = x.float()
     target = run.layout.exported(fmt)
     staged = target.with_name(f".{target.name}.tmp")

@@ -91,14 +91,15 @@ def predict(
         if image_dir:
             raise UserError("image_dir= names a folder of images; a regression run reads a CSV")
         return _predict_rows(run, Path(input), output, device)
-    if run.task == "segmentation":
-        return _predict_masks(run, Path(input), output, image_dir, device)
-    run.require_classifier("predict")  # a module of your own: its output is its own code's
+    if run.task != "segmentation":
+        run.require_classifier("predict")  # a module of your own: its output is its own code's
     follow_symlinks = run.data_cfg.get("follow_symlinks") is True  # the run's own CSV rule
     names, paths = _list_inputs(
         Path(input), Path(image_dir) if image_dir else None, follow_symlinks
     )
     output = check_output(Path(output) if output else run.layout.predictions, run_dir)
+    if run.task == "segmentation":
+        return _predict_masks(run, names, paths, output, device)
     in_shape, class_names = _shape_and_classes(run)
     temperature = run.temperature() or 1.0  # experiments.calibrate's, for this checkpoint
     net = run.net_for(in_shape, len(class_names)).to(device)
@@ -140,17 +141,12 @@ def _predict_rows(run: SavedRun, input: Path, output: Path | None, device: str) 
     return _write(run, output, ROW_COLUMNS, [(i, f"{v:.9g}") for i, v in enumerate(values, 1)])
 
 
-def _predict_masks(
-    run: SavedRun, input: Path, output: Path | None, image_dir: str | Path | None, device: str
-) -> Path:
+def _predict_masks(run: SavedRun, names: list, paths: list, output: Path, device: str) -> Path:
     """A segmentation run: each image read as its eval data reads images (at the training
     size), its per-pixel logits resized back to the image's own size (bilinear) and their
     argmax written as an 8-bit PNG of class indices."""
     from PIL import Image  # lazy: only a segmentation run writes images
 
-    follow_symlinks = run.data_cfg.get("follow_symlinks") is True
-    names, paths = _list_inputs(input, Path(image_dir) if image_dir else None, follow_symlinks)
-    output = check_output(Path(output) if output else run.layout.predictions, run.path)
     masks_dir = output.with_name(f"{output.stem}_masks")
     if masks_dir.exists() and not masks_dir.is_dir():
         raise UserError(f"{masks_dir} exists and is not a folder: the masks go there")
@@ -180,7 +176,7 @@ def _predict_masks(
             written = masks_dir / target
             png = io.BytesIO()
             Image.fromarray(mask).save(png, format="PNG")  # (H, W) uint8: mode L
-            _write_bytes(written, png.getvalue())
+            atomic_write(written, lambda f, png=png: f.write(png.getvalue()))
             present = [class_names[i] for i in sorted(set(mask.flat))]
             rows.append((name, str(written), ";".join(present)))
     return _write(run, output, MASK_COLUMNS, rows)
@@ -194,18 +190,15 @@ def _logits(run: SavedRun, net, paths: list[Path], in_shape, device, views=None)
     read = run.image_reader(in_shape)
     run.input_stats  # noqa: B018  (a missing statistics file: one line before any image is read)
     resume_gc()
+    batch_size = int(run.data_cfg.get("batch_size") or 64)  # as the run saved it, or overridden
     with torch.inference_mode():
-        for start in range(0, len(paths), run.batch_size):
-            chunk = slice(start, start + run.batch_size)
+        for start in range(0, len(paths), batch_size):
+            chunk = slice(start, start + batch_size)
             x = run.normalize(torch.stack([read(p) for p in paths[chunk]])).to(device)  # (B,C,H,W)
             if views is None:
                 yield chunk, net(x).float()
             else:
                 yield chunk, torch.stack([net(v).float() for v in views(x)])
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    atomic_write(path, lambda f: f.write(data))
 
 
 def _list_inputs(
@@ -305,14 +298,11 @@ def preview(path: Path, first: int = 5) -> str:
     the rest are."""
     with open(path, newline="") as f:
         header, *rows = list(csv.reader(f))
-    if tuple(header) != COLUMNS:  # a number per row, or a mask per image: as written
-        width = max([len(r[0]) for r in rows[:first]] + [len(header[0])])
-        lines = [f"{header[0]:<{width}}  {'  '.join(header[1:])}"]
-        lines += [f"{r[0]:<{width}}  {'  '.join(r[1:])}" for r in rows[:first]]
-        more = f" ({len(rows) - first} more)" if len(rows) > first else ""
-        return "\n".join([*lines, f"{len(rows)} predictions{more}: {path}"])
-    width = max([len(r[0]) for r in rows[:first]] + [4])
-    lines = [f"{'file':<{width}}  {'predicted':<12} probability"]
-    lines += [f"{r[0]:<{width}}  {r[1]:<12} {float(r[2]):.3f}" for r in rows[:first]]
+    shown = rows[:first]  # a number per row, or a mask per image: as written
+    if tuple(header) == COLUMNS:  # a class and its probability, to 3 places
+        header = [header[0], f"{'predicted':<12} probability"]
+        shown = [[r[0], f"{r[1]:<12} {float(r[2]):.3f}"] for r in shown]
+    width = max([len(r[0]) for r in shown] + [len(header[0])])
+    lines = [f"{r[0]:<{width}}  {'  '.join(r[1:])}" for r in [header, *shown]]
     more = f" ({len(rows) - first} more)" if len(rows) > first else ""
     return "\n".join([*lines, f"{len(rows)} predictions{more}: {path}"])

@@ -160,18 +160,9 @@ class SavedRun:
         return sidecar_epoch(sidecar) if "epoch" in sidecar else None
 
     def temperature(self) -> float | None:
-        """The temperature ``experiments.calibrate`` fitted for this checkpoint, or None;
-        logs the line that says whether and why it applies (``applied_temperature``)."""
-        temperature, note = self.applied_temperature()
-        if note is not None:
-            log.info("%s", note)
-        return temperature
-
-    def applied_temperature(self) -> tuple[float | None, str | None]:
-        """The temperature ``experiments.calibrate`` saved for this checkpoint, and the one
-        line that says whether and why it is applied: ``(T, line)`` when it is, ``(None,
-        line)`` when a calibration exists but is not applied (kept T = 1, fitted for another
-        checkpoint or epoch), ``(None, None)`` when the run was never calibrated.
+        """The temperature ``experiments.calibrate`` saved for this checkpoint when it applies,
+        else None (never calibrated, kept T = 1, fitted for another checkpoint or epoch); logs
+        the one line that says whether and why it applies, when a calibration exists.
 
         Raises:
             UserError: a corrupt ``calibration.json``, or a temperature outside ``T_RANGE``
@@ -180,7 +171,7 @@ class SavedRun:
         path, layout = self.layout.calibration, self.layout
         saved = read_json_object(path)
         if not saved:
-            return None, None
+            return None
         t = saved.get("temperature")
         number = isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
         if not number or not T_RANGE[0] <= t <= T_RANGE[1]:
@@ -194,33 +185,33 @@ class SavedRun:
         fitted_for = fitted_for if own_role(fitted_for) else layout.checkpoint_name(fitted_for)
         epoch = saved.get("ckpt_epoch")
         again = f"run experiments-calibrate run_dir={layout.path} ckpt=<it> to fit one"
+        applied = None
         if fitted_for != name:
-            return None, (
+            note = (
                 f"{path} was fitted for {fitted_for}, not {name}: probabilities are not "
                 f"temperature-scaled; {again}"
             )
-        if isinstance(epoch, int) and now is not None and epoch != now:
-            return None, (
+        elif isinstance(epoch, int) and now is not None and epoch != now:
+            note = (
                 f"{path} was fitted for {name} at epoch {epoch}; it now holds epoch {now}: "
                 f"probabilities are not temperature-scaled; {again}"
             )
-        if t == 1:
+        elif t == 1:
             why = printable_line(saved.get("reason"), 300)
-            return None, f"{path} keeps T = 1 ({why}): probabilities as trained"
-        return float(t), (
-            f"probabilities temperature-scaled: T = {t:.4g} from {path} (fitted on the "
-            f"validation split for {checkpoint_label(name, now if now is not None else epoch)})"
-        )
+            note = f"{path} keeps T = 1 ({why}): probabilities as trained"
+        else:
+            applied, label = float(t), checkpoint_label(name, now if now is not None else epoch)
+            note = (
+                f"probabilities temperature-scaled: T = {t:.4g} from {path} (fitted on the "
+                f"validation split for {label})"
+            )
+        log.info("%s", note)
+        return applied
 
     def transform(self, key: str):
         """``data.<key>`` (e.g. ``eval_transform``) built from the vocabulary, or None."""
         node = self.data_cfg.get(key)
         return None if node is None else allowlist.build(node, "transform", f"data.{key}")
-
-    @property
-    def batch_size(self) -> int:
-        """``data.batch_size`` as the run saved it (or as overridden)."""
-        return int(self.data_cfg.get("batch_size") or 64)
 
     def image_reader(self, in_shape: Sequence[int]) -> Callable[[Path], torch.Tensor]:
         """A function from one image file to the net's input ``(C, H, W)`` as the run's eval
@@ -407,12 +398,6 @@ class SavedRun:
 
     def has_split(self, split: str) -> bool:
         return len(getattr(self.datamodule, f"{split}_set", None) or ()) > 0
-
-    def first_batch(self, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
-        """The split's first batch as the net's input before normalization (``(B, C, H, W)``
-        as the eval transform gives it) and its labels."""
-        x, y = next(iter(getattr(self.datamodule, f"{split}_dataloader")()))
-        return x, y
 
     def logits(self, split: str, views=None) -> tuple[torch.Tensor, torch.Tensor]:
         """The net's logits ``(N, K)`` and the labels ``(N,)`` of a whole split, on the CPU.

@@ -137,7 +137,7 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     counts = counts or _read_counts(counts_file)
     n = {split: sum(row.values()) for split, row in counts.items()}
     cfg = read_yaml(layout.saved_config, missing=None)
-    cfg = cfg if isinstance(cfg, dict) else None
+    cfg = cfg if isinstance(cfg, dict) else {}
     metrics = read_json_object(layout.metrics)
     best, last = read_sidecar(layout.best_json), read_sidecar(layout.last_json)
     lines = [f"# Model card: {md_text(layout.path.name)}", ""]
@@ -158,13 +158,12 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     return atomic_write(layout.model_card, lambda f: f.write("\n".join(lines).encode()))
 
 
-def _data(cfg, counts: dict) -> list[str]:
-    data = cfg.get("data") if cfg is not None else None
-    data = data if isinstance(data, dict) else {}
+def _data(cfg: dict, counts: dict) -> list[str]:
+    data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
     lines = ["## Data", ""]
     # a data module of your own has neither: it is named by its target
-    where = _select(cfg or {}, "data.csv_file") or data.get("dataset") or data.get("_target_")
-    image_dir = _select(cfg or {}, "data.image_dir")
+    where = _select(cfg, "data.csv_file") or data.get("dataset") or data.get("_target_")
+    image_dir = _select(cfg, "data.image_dir")
     lines.append(
         f"- source: {md_code(where)}"
         + (f", images under {md_code(image_dir)}" if image_dir else "")
@@ -190,17 +189,11 @@ def _data(cfg, counts: dict) -> list[str]:
     return lines + [""]
 
 
-REGRESSION = "experiments.models.regression.RegressionModule"
-SEGMENTATION = "experiments.models.segmentation.SegmentationModule"
-
-
-def task_of(cfg: dict | None) -> str:
-    """``classification`` (a ``model.net``), ``regression``, ``segmentation`` (our modules
-    by target) or ``own`` (a module of yours), from the saved config as data."""
-    if _select(cfg or {}, "model.net._target_"):
-        return "classification"
-    target = _select(cfg or {}, "model._target_")
-    return {REGRESSION: "regression", SEGMENTATION: "segmentation"}.get(target, "own")
+# the task of a saved config without a model.net (a classifier's), by its module's target
+TASKS = {
+    "experiments.models.regression.RegressionModule": "regression",
+    "experiments.models.segmentation.SegmentationModule": "segmentation",
+}
 
 
 def _names(values: Any, limit: int = 20) -> str:
@@ -209,10 +202,11 @@ def _names(values: Any, limit: int = 20) -> str:
     return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
 
 
-def _output(cfg, sidecar: dict, metrics: dict) -> list[str]:
+def _output(cfg: dict, sidecar: dict, metrics: dict) -> list[str]:
     """What one prediction of this model is, for its task: what ``experiments.predict``
     writes and how to read it."""
-    task = task_of(cfg)
+    target = _select(cfg, "model._target_")
+    task = "classification" if _select(cfg, "model.net._target_") else TASKS.get(target, "own")
     classes = sidecar.get("class_names")
     lines = ["## Output", ""]
     if task == "classification":
@@ -225,7 +219,7 @@ def _output(cfg, sidecar: dict, metrics: dict) -> list[str]:
         target = sidecar.get("target") if isinstance(sidecar.get("target"), dict) else {}
         column = target.get("column")
         what = f"the column {md_code(column)}" if column else "the data's target"
-        if not column and _select(cfg or {}, "data.csv_file") is None:
+        if not column and _select(cfg, "data.csv_file") is None:
             what = "disease progression a year on (scikit-learn's diabetes set)"
         lines.append(
             f"- one number per row: {what}, in its own units (the standardization the model "
@@ -258,24 +252,24 @@ def _output(cfg, sidecar: dict, metrics: dict) -> list[str]:
             )
     else:
         lines.append(
-            f"- what the module's own code returns ({md_code(_select(cfg or {}, 'model._target_'))}"
+            f"- what the module's own code returns ({md_code(target)}"
             "): predict and export do not know it; eval tests it with its own test_step"
         )
     return lines + [""]
 
 
-def _recipe(cfg, layout: RunDir, metrics: dict) -> list[str]:
+def _recipe(cfg: dict, layout: RunDir, metrics: dict) -> list[str]:
     env = read_json_object(layout.env)
     command = env.get("command")
     command = [str(a) for a in command] if isinstance(command, list) else []
     args = redact_argv([a for a in command[1:] if not a.endswith(".py")])
     # a module of your own has no model.net: it is named by its own target
-    net = _select(cfg or {}, "model.net._target_") or _select(cfg or {}, "model._target_", "?")
-    name = _select(cfg or {}, "model.net.name")
+    net = _select(cfg, "model.net._target_") or _select(cfg, "model._target_", "?")
+    name = _select(cfg, "model.net.name")
     lines = ["## Recipe", ""]
     lines.append(f"- net: {md_code(name or net)}" + (f" ({md_code(net)})" if name else ""))
     lines.append(f"- command: {md_code(' '.join(['python -m experiments.train', *args]))}")
-    tags = read_tags(layout.path, cfg if cfg is not None else {})  # the config read above
+    tags = read_tags(layout.path, cfg)  # the config read above
     if tags:
         lines.append(f"- tags: {', '.join(md_code(t) for t in tags)} (as of this card's writing)")
     if isinstance(metrics.get("loss"), str):
@@ -302,13 +296,17 @@ def _checkpoints(layout: RunDir, best: dict, last: dict, n_val: int | None) -> l
     if not best and not last:
         return []
     lines = ["## Checkpoints", ""]
-    on_val = f"on the validation split ({_n(n_val)})"
+
+    def holds(weights: Path, sidecar: dict) -> str:
+        return (
+            f"{_label(weights.name, _epoch(sidecar))}, {md_text(sidecar.get('monitor', '?'))} = "
+            f"{_num(sidecar.get('value'))} on the validation split ({_n(n_val)})"
+        )
+
     if best:
-        monitor = md_text(best.get("monitor", "?"))
         lines.append(
-            f"- selected: {_label(layout.best_weights.name, _epoch(best))}, {monitor} = "
-            f"{_num(best.get('value'))} {on_val}; eval, predict, calibrate and export use it "
-            f"unless given ckpt="
+            f"- selected: {holds(layout.best_weights, best)}; eval, predict, calibrate and "
+            f"export use it unless given ckpt="
         )
         if best.get("reason") is not None:
             lines.append(f"- why this epoch: {md_text(best['reason'], 300)}")
@@ -316,10 +314,9 @@ def _checkpoints(layout: RunDir, best: dict, last: dict, n_val: int | None) -> l
         for warning in warnings if isinstance(warnings, list) else []:
             lines.append(f"- warning: {md_text(warning, 300)}")
     if last:
-        monitor = md_text(last.get("monitor", "?"))
         lines.append(
-            f"- last epoch: {_label(layout.last_weights.name, _epoch(last))}, {monitor} = "
-            f"{_num(last.get('value'))} {on_val} (the last epoch's value, not the selected one)"
+            f"- last epoch: {holds(layout.last_weights, last)} (the last epoch's value, not "
+            f"the selected one)"
         )
     return lines + [""]
 
@@ -479,27 +476,24 @@ def _export(layout: RunDir, report: dict) -> list[str]:
         return []
     lines = ["## Export", ""]
     for fmt, check in report.items():
-        if isinstance(check, dict) and "pixel_agreement" in check:  # logits per pixel
-            name = check.get("ckpt_name") or layout.checkpoint_name(check.get("ckpt"))
-            split = check.get("split") if check.get("split") in SPLITS else "?"
-            lines.append(
-                f"- {md_text(fmt)}: {md_code(check.get('file'))} from "
-                f"{_label(name, check.get('ckpt_epoch'))}, logits per pixel; max |difference| "
-                f"from PyTorch {_num(check.get('max_abs_diff'), '.2e')} on the first batch of "
-                f"the {split} split (n={_num(check.get('batch'), 'd')}); the same class as "
-                f"PyTorch on {_num(check.get('pixel_agreement'), '.4%')} of pixels, pixel "
-                f"accuracy {_num(check.get('pixel_acc_exported'))} (PyTorch "
+        if not isinstance(check, dict):
+            continue
+        pixels = "pixel_agreement" in check  # a segmentation run: logits per pixel
+        name = check.get("ckpt_name") or layout.checkpoint_name(check.get("ckpt"))
+        split = check.get("split", "?" if pixels else "test")
+        lines.append(
+            f"- {md_text(fmt)}: {md_code(check.get('file'))} from "
+            f"{_label(name, check.get('ckpt_epoch'))}{', logits per pixel' if pixels else ''}; "
+            f"max |difference| from PyTorch {_num(check.get('max_abs_diff'), '.2e')} on the "
+            f"first batch of the {split if split in SPLITS else '?'} split "
+            f"(n={_num(check.get('batch'), 'd')}); "
+            + (
+                f"the same class as PyTorch on {_num(check.get('pixel_agreement'), '.4%')} of "
+                f"pixels, pixel accuracy {_num(check.get('pixel_acc_exported'))} (PyTorch "
                 f"{_num(check.get('pixel_acc_torch'))})"
+                if pixels
+                else f"accuracy on it {_num(check.get('acc_exported'))} (PyTorch "
+                f"{_num(check.get('acc_torch'))})"
             )
-        elif isinstance(check, dict):
-            name = check.get("ckpt_name") or layout.checkpoint_name(check.get("ckpt"))
-            split = check.get("split", "test")
-            split = split if split in SPLITS else "?"
-            lines.append(
-                f"- {md_text(fmt)}: {md_code(check.get('file'))} from "
-                f"{_label(name, check.get('ckpt_epoch'))}; max |difference| from PyTorch "
-                f"{_num(check.get('max_abs_diff'), '.2e')} on the first batch of the {split} "
-                f"split (n={_num(check.get('batch'), 'd')}); accuracy on it "
-                f"{_num(check.get('acc_exported'))} (PyTorch {_num(check.get('acc_torch'))})"
-            )
+        )
     return lines + [""]
