@@ -249,14 +249,8 @@ def _transform(target: str) -> Any:
 def _torchvision_builder(name: str) -> Any:
     import torchvision.models  # lazy: importing this module imports no torch
 
-    return torchvision.models.get_model_builder(name) if name in _tv_names() else None
-
-
-@functools.cache
-def _tv_names() -> frozenset[str]:
-    import torchvision.models  # lazy: importing this module imports no torch
-
-    return frozenset(torchvision.models.list_models())
+    known = name in torchvision.models.list_models()
+    return torchvision.models.get_model_builder(name) if known else None
 
 
 def _import_attr(target: str) -> Any:

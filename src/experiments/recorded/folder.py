@@ -73,7 +73,6 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
             f"(give the folder python -m experiments.train wrote, outputs/<task>/runs/<time>)"
         )
     plain = _plain(read_yaml(path, kind=dict), str(path), "")
-    _follow_moves(plain)
     try:
         cfg = OmegaConf.create(plain)
     except (OmegaConfBaseException, ValueError, TypeError) as err:
@@ -102,12 +101,17 @@ def _shipped_paths(paths: DictConfig) -> None:
 
 def _plain(node: Any, where: str, key: str) -> Any:
     """The YAML as plain data: string keys; str, int, float, bool, None, lists, mappings
-    (a date a hand edit left unquoted is its text, as OmegaConf would read it)."""
+    (a date a hand edit left unquoted is its text, as OmegaConf would read it); a ``MOVED``
+    target renamed."""
     if isinstance(node, dict):
         bad = next((k for k in node if not isinstance(k, str)), None)
         if bad is not None:
             raise UserError(f"{where}: {key or '<root>'} has a key {bad!r} that is not a string")
-        return {k: _plain(v, where, f"{key}.{k}" if key else k) for k, v in node.items()}
+        plain = {k: _plain(v, where, f"{key}.{k}" if key else k) for k, v in node.items()}
+        target = plain.get("_target_")
+        if isinstance(target, str) and target in MOVED:
+            plain["_target_"] = MOVED[target]
+        return plain
     if isinstance(node, list):
         return [_plain(v, where, f"{key}.{i}") for i, v in enumerate(node)]
     if isinstance(node, datetime.date):
@@ -122,19 +126,6 @@ MOVED = {
     "experiments.csv_logger.CSVLogger": "experiments.tracking.csv.CSVLogger",
     "experiments.sweep.SweepSummary": "experiments.tracking.sweep_summary.SweepSummary",
 }
-
-
-def _follow_moves(node: Any) -> None:
-    """Rename MOVED targets in the plain config, in place."""
-    if isinstance(node, dict):
-        target = node.get("_target_")
-        if isinstance(target, str) and target in MOVED:
-            node["_target_"] = MOVED[target]
-        for value in node.values():
-            _follow_moves(value)
-    elif isinstance(node, list):
-        for value in node:
-            _follow_moves(value)
 
 
 def _apply_override(cfg: DictConfig, arg: str, path: Path) -> None:

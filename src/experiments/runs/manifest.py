@@ -168,14 +168,13 @@ def check_integrity(folder: str | os.PathLike, only: Iterable[str] | None = None
         if entry is None:
             if path.exists() or path.is_symlink():
                 result.unlisted.append(name)
-            continue
-        if not (path.exists() or path.is_symlink()):
+        elif not (path.exists() or path.is_symlink()):
             result.missing.append(name)
-            continue
-        result.checked += 1
-        now = result.seen[name] = digest(path)
-        if not _same(now, entry):
-            result.modified.append(name)
+        else:
+            result.checked += 1
+            now = result.seen[name] = digest(path)
+            if not _same(now, entry):
+                result.modified.append(name)
     if only is None:
         listed = set(entries)
         result.unlisted = [str(rel) for rel in artifacts(folder) if str(rel) not in listed]
@@ -247,11 +246,8 @@ def require_intact(
     folder = Path(folder)
     result = check_integrity(folder)
     root = folder.resolve()
-    used = set()
-    for f in files:
-        path = Path(f).resolve() if Path(f).is_absolute() else (root / f).resolve()
-        if path.is_relative_to(root):
-            used.add(str(path.relative_to(root)))
+    paths = [(root / f).resolve() for f in files]  # an absolute f stays itself
+    used = {str(p.relative_to(root)) for p in paths if p.is_relative_to(root)}
     bad = [*result.modified, *(f for f in result.missing + result.unlisted if f in used)]
     if not bad:
         return result

@@ -26,16 +26,12 @@ def read_notes(run_dir: str | os.PathLike) -> dict[str, Any]:
     """
     path = notes_file(run_dir)
     data = read_json_object(path)
-    found = {"tags": [], "untagged": [], "note": ""}
+    found = {k: data.get(k, empty) for k, empty in (("tags", []), ("untagged", []), ("note", ""))}
     for key in ("tags", "untagged"):
-        value = data.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        if not isinstance(found[key], list) or not all(isinstance(t, str) for t in found[key]):
             raise UserError(f"{path}: {key} must be a list of strings; fix or delete the file")
-        found[key] = value
-    note = data.get("note", "")
-    if not isinstance(note, str):
+    if not isinstance(found["note"], str):
         raise UserError(f"{path}: note must be a string; fix or delete the file")
-    found["note"] = note
     return found
 
 
@@ -52,11 +48,7 @@ def launch_tags(config: Any) -> list[str]:
 def merge_tags(launched: list[str], notes: dict[str, Any]) -> list[str]:
     """Launch tags, then added ones, less the removed ones; each once, in that order."""
     removed = set(notes.get("untagged", []))
-    merged: list[str] = []
-    for tag in [*launched, *notes.get("tags", [])]:
-        if tag not in removed and tag not in merged:
-            merged.append(tag)
-    return merged
+    return list(dict.fromkeys(t for t in [*launched, *notes.get("tags", [])] if t not in removed))
 
 
 def read_tags(run_dir: str | os.PathLike, config: dict | None = None) -> list[str]:
