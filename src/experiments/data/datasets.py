@@ -73,18 +73,12 @@ def leads_outside(
     if follow_symlinks:
         return None
     root = folder.resolve() if root is None else root
-    path = folder / norm
-    parent = os.path.dirname(norm)
+    dirs = {} if dirs is None else dirs
+    path, parent = folder / norm, os.path.dirname(norm)
     # one lstat for a file directly in the folder; a subfolder is resolved once per cache
-    leaves = False
-    if parent:
-        inside = None if dirs is None else dirs.get(parent)
-        if inside is None:
-            inside = (folder / parent).resolve().is_relative_to(root)
-            if dirs is not None:
-                dirs[parent] = inside
-        leaves = not inside
-    if leaves or path.is_symlink():
+    if parent and parent not in dirs:
+        dirs[parent] = (folder / parent).resolve().is_relative_to(root)
+    if (parent and not dirs[parent]) or path.is_symlink():
         target = path.resolve()  # a link out and one back in again stays inside
         return None if target.is_relative_to(root) else target
     return None
@@ -272,40 +266,36 @@ def export_digits(root: str | os.PathLike) -> Path:
     root = Path(root)
     if (root / "labels.csv").is_file():
         return root
+    # lazy: scikit-learn (~1 s) only for the first export; it ships the data in the package
+    from sklearn.datasets import load_digits
+
     try:
-        return _export_digits(root)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+        try:
+            digits = load_digits()
+            (tmp / "images").mkdir()
+            rows = []
+            for i, (pixels, label) in enumerate(zip(digits.images, digits.target, strict=True)):
+                name = f"{i:04d}.png"
+                # sklearn's pixel values are 0..16; stretch them to 0..255 grayscale
+                image = (pixels * (255.0 / 16.0)).round().astype("uint8")
+                Image.fromarray(image, mode="L").save(tmp / "images" / name)
+                rows.append((name, int(label)))
+            with open(tmp / "labels.csv", "w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(["filename", "label"])
+                writer.writerows(rows)
+            try:
+                os.rename(tmp, root)
+            except OSError:
+                if not (root / "labels.csv").is_file():  # not another process winning the race
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     except OSError as err:
         raise UserError(
             f"cannot export the bundled digits to {root} ({write_problem(err)}); set "
             f"paths.data_dir=<a folder you can write>"
         ) from None
-
-
-def _export_digits(root: Path) -> Path:
-    # lazy: scikit-learn (~1 s) only for the first export; it ships the data in the package
-    from sklearn.datasets import load_digits
-
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-    try:
-        digits = load_digits()
-        (tmp / "images").mkdir()
-        rows = []
-        for i, (pixels, label) in enumerate(zip(digits.images, digits.target, strict=True)):
-            name = f"{i:04d}.png"
-            # sklearn's pixel values are 0..16; stretch them to 0..255 grayscale
-            image = Image.fromarray((pixels * (255.0 / 16.0)).round().astype("uint8"), mode="L")
-            image.save(tmp / "images" / name)
-            rows.append((name, int(label)))
-        with open(tmp / "labels.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["filename", "label"])
-            writer.writerows(rows)
-        try:
-            os.rename(tmp, root)
-        except OSError:
-            if not (root / "labels.csv").is_file():  # not another process winning the race
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return root

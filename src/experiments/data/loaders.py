@@ -24,9 +24,11 @@ log = logging.getLogger(__name__)
 class _Resumable:
     """``state_dict`` / ``load_state_dict`` of a train loader: Lightning saves the state of
     such a loader in every checkpoint and hands it back on resume before the first batch is
-    drawn, so a run resumed mid-epoch skips exactly the batches already trained on."""
+    drawn, so a run resumed mid-epoch skips exactly the batches already trained on.
+    ``position`` returns ``(epoch, batches of it already trained on)``: the loader cannot
+    count them itself, as Lightning draws a batch ahead of the one it trains on."""
 
-    position: Callable[[], tuple[int, int]] | None
+    position: Callable[[], tuple[int, int]] | None = None
 
     def state_dict(self) -> dict[str, int]:
         epoch, batches = self.position() if self.position is not None else (0, 0)
@@ -47,27 +49,13 @@ class _Resumable:
             return
         log.info("resuming mid-epoch: epoch %d after its first %d batches", epoch + 1, batches)
 
-    def _skip_batches(self, epoch: int, batches: int) -> bool:
-        raise NotImplementedError
-
 
 class ResumableLoader(_Resumable, DataLoader):
     """A DataLoader with ``state_dict`` / ``load_state_dict`` (``_Resumable``). The order is
     the sampler's (``EpochShuffleSampler``: a function of seed and epoch), so skipping the
     first ``batches * batch_size`` indices of that epoch's order reproduces the
     uninterrupted run's batches.
-
-    Args:
-        position: returns ``(epoch, batches of it already trained on)``; the loader cannot
-            count them itself, as Lightning draws a batch ahead of the one it trains on.
-        *args, **kwargs: as for ``DataLoader``.
     """
-
-    def __init__(
-        self, *args: Any, position: Callable[[], tuple[int, int]] | None = None, **kwargs: Any
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.position = position
 
     def _skip_batches(self, epoch: int, batches: int) -> bool:
         if not hasattr(self.sampler, "skip"):
@@ -189,15 +177,13 @@ def _train_sampler(size: int, trainer, balanced_targets: list[int] | None):
 
 
 def _position(trainer) -> Callable[[], tuple[int, int]] | None:
+    """``(epoch, batches of it trained on)`` of ``trainer``; 0 batches at an epoch's end."""
     if trainer is None:
         return None
 
     def position() -> tuple[int, int]:
-        """``(epoch, batches of it trained on)``; 0 batches at an epoch's end."""
         done = batches_processed(trainer)
-        if done >= trainer.num_training_batches:
-            done = 0
-        return trainer.current_epoch, int(done)
+        return trainer.current_epoch, int(done) if done < trainer.num_training_batches else 0
 
     return position
 
@@ -210,40 +196,30 @@ def train_loader(
 ) -> ResumableLoader:
     """The training DataLoader (samples one by one, workers, collate), resumable."""
     sampler = _train_sampler(len(train_set), trainer, balanced_targets)
-    return ResumableLoader(
-        train_set,
-        sampler=sampler,
-        generator=sampler.generator,
-        position=_position(trainer),
-        **loader_options,
+    resumable = ResumableLoader(
+        train_set, sampler=sampler, generator=sampler.generator, **loader_options
     )
+    resumable.position = _position(trainer)
+    return resumable
 
 
 def loader(dm, split: str) -> DataLoader | StoreLoader:
     """The loader of ``dm``'s ``split`` (train, val, test): a ``StoreLoader`` over its
     TensorStore when it has one (on the model's device when ``data.device_resident``
     allows), else a DataLoader reading sample by sample through the dataset."""
-    options: dict[str, Any] = {
-        "batch_size": dm.batch_size,
-        "num_workers": dm.num_workers,
-        "pin_memory": dm.pin_memory,
-        "persistent_workers": dm.persistent_workers and dm.num_workers > 0,
-    }
-    dataset = getattr(dm, f"{split}_set")
-    trainer = getattr(dm, "trainer", None)
-    balanced = dm.sampler == "balanced"
-    targets = dm.train_targets("data.sampler=balanced") if balanced and split == "train" else None
+    trainer, train = dm.trainer, split == "train"
+    balanced = train and dm.sampler == "balanced"
+    targets = dm.train_targets("data.sampler=balanced") if balanced else None
     # Lightning's overfit_batches re-samples the train loader in order, which only a
     # DataLoader allows: sample by sample then, with the dataset's own augmentation
     overfitting = trainer is not None and bool(getattr(trainer, "overfit_batches", 0))
-    if overfitting and split == "train":
+    if overfitting and train:
         dm.augment_batch = None
     if split in dm.stores and not overfitting:  # Lightning checks every split then
         if trainer is not None:
             device = trainer.strategy.root_device
             dm.stores[split] = store.resident(dm.stores[split], device, dm.device_resident, split)
         data = dm.stores[split]
-        train = split == "train"
         return StoreLoader(
             data,
             dm.batch_size,
@@ -253,9 +229,15 @@ def loader(dm, split: str) -> DataLoader | StoreLoader:
             pin_memory=dm.pin_memory,
             position=_position(trainer) if train else None,
         )
-    if split != "train" or overfitting:
-        return DataLoader(dataset, shuffle=False, **options)
-    return train_loader(dataset, trainer, balanced_targets=targets, **options)
+    options: dict[str, Any] = {
+        "batch_size": dm.batch_size,
+        "num_workers": dm.num_workers,
+        "pin_memory": dm.pin_memory,
+        "persistent_workers": dm.persistent_workers and dm.num_workers > 0,
+    }
+    if not train or overfitting:
+        return DataLoader(getattr(dm, f"{split}_set"), shuffle=False, **options)
+    return train_loader(dm.train_set, trainer, balanced_targets=targets, **options)
 
 
 @dataclass(eq=False, repr=False, kw_only=True)

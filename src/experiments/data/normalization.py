@@ -24,13 +24,10 @@ def channel_stats(dataset: Dataset, max_samples: int = 10_000) -> tuple[list[flo
     ``dataset`` (whose samples are ``(C, H, W)`` float tensors before normalization)."""
     n = len(dataset)
     picks = torch.linspace(0, n - 1, steps=min(n, max_samples)).round().long().unique().tolist()
-    total = total_sq = None
-    count = 0
+    total = total_sq = count = 0
     for i in picks:
         x = torch.as_tensor(dataset[i][0], dtype=torch.float64).flatten(1)  # (C, H*W)
-        s, sq = x.sum(dim=1), (x * x).sum(dim=1)
-        total = s if total is None else total + s
-        total_sq = sq if total_sq is None else total_sq + sq
+        total, total_sq = total + x.sum(dim=1), total_sq + (x * x).sum(dim=1)
         count += x.shape[1]
     mean = total / count
     std = (total_sq / count - mean * mean).clamp_min(1e-12).sqrt()

@@ -68,17 +68,9 @@ def torchvision_sets(
 ) -> tuple[Dataset, Dataset]:
     """MNIST / FashionMNIST / CIFAR10 train and test sets in torchvision's on-disk layout."""
     cls = TORCHVISION[name]
+    options = dict(transform=transform, target_transform=target_transform, download=download)
     try:
-        return tuple(
-            cls(
-                root,
-                train=train,
-                transform=transform,
-                target_transform=target_transform,
-                download=download,
-            )
-            for train in (True, False)
-        )
+        return cls(root, train=True, **options), cls(root, train=False, **options)
     except RuntimeError as err:
         if download:
             raise UserError(f"could not download {name} into {root}: {err}") from None

@@ -101,31 +101,25 @@ def _share(size: int, fraction: float) -> int:
     return count
 
 
-def absent_classes(part, num_classes: int) -> list[int] | None:
-    """The class indices with no sample in ``part`` (a Subset of a dataset with
-    ``.targets``, or such a dataset), or None when its labels are not known."""
-    base = getattr(part, "dataset", part)
-    targets = getattr(base, "targets", None)
-    if part is None or targets is None or num_classes < 1:
-        return None
-    indices = getattr(part, "indices", None)
-    labels = torch.as_tensor(targets).long().flatten()
-    if indices is not None:
-        labels = labels[torch.as_tensor(list(indices), dtype=torch.long)]
-    present = torch.zeros(num_classes, dtype=torch.bool)
-    present[labels[(labels >= 0) & (labels < num_classes)]] = True
-    return (~present).nonzero().flatten().tolist()
-
-
 def warn_absent_classes(split: str, part, class_names: Sequence[str]) -> list[int]:
-    """Warn in one line when ``split`` lacks some of the classes: its macro metrics
-    (``balanced_acc``, ``macro_f1``) then average only the classes it has (or predicts),
-    and ``<split>/missing_classes`` in metrics.json says how many it lacks.
+    """Warn in one line when ``split`` (a Subset of a dataset with ``.targets``, or such a
+    dataset) lacks some of the classes: its macro metrics (``balanced_acc``, ``macro_f1``)
+    then average only the classes it has (or predicts), and ``<split>/missing_classes`` in
+    metrics.json says how many it lacks.
 
     Returns:
         The class indices missing from ``split`` (empty when none or unknown).
     """
-    missing = absent_classes(part, len(class_names)) or []
+    targets = getattr(getattr(part, "dataset", part), "targets", None)
+    if part is None or targets is None or not class_names:
+        return []
+    labels = torch.as_tensor(targets).long().flatten()
+    indices = getattr(part, "indices", None)
+    if indices is not None:
+        labels = labels[torch.as_tensor(list(indices), dtype=torch.long)]
+    present = torch.zeros(len(class_names), dtype=torch.bool)
+    present[labels[(labels >= 0) & (labels < len(class_names))]] = True
+    missing = (~present).nonzero().flatten().tolist()
     if missing and len(part):
         shown = ", ".join(repr(class_names[i]) for i in missing[:10])
         log.warning(

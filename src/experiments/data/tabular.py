@@ -125,10 +125,8 @@ def read_table(
     Raises:
         UserError: the file is unreadable, too large, not UTF-8, or a row or column is wrong.
     """
-    header, table = _numbers(
-        csv_file, lambda header: _columns(csv_file, header, target_column, feature_columns), True
-    )
-    return table[:, 1:], table[:, 0], header[1:]
+    names, table = _numbers(csv_file, target_column, feature_columns)
+    return table[:, 1:], table[:, 0], names[1:]
 
 
 def read_features(csv_file: str, feature_names: Sequence[str]) -> np.ndarray:
@@ -140,19 +138,19 @@ def read_features(csv_file: str, feature_names: Sequence[str]) -> np.ndarray:
     Raises:
         UserError: the file is unreadable, or a feature column or value is missing or wrong.
     """
-    names = list(feature_names)
-    _, table = _numbers(csv_file, lambda header: _columns(csv_file, header, None, names), False)
-    return table
+    return _numbers(csv_file, None, list(feature_names))[1]
 
 
-def _numbers(csv_file: str, choose, target_first: bool) -> tuple[list[str], np.ndarray]:
-    """The chosen columns' names and values: ``choose(header)`` gives their indices (the
-    target's first when ``target_first``)."""
+def _numbers(
+    csv_file: str, target: str | None, features: list[str] | None
+) -> tuple[list[str], np.ndarray]:
+    """The names and values of the columns ``_columns`` chooses (the target's first)."""
     text = read_text(csv_file, max_bytes=MAX_CSV_BYTES)
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = [c.strip() for c in next(reader, [])]
-        columns = choose(header)
+        columns = _columns(csv_file, header, target, features)
+        target_index = columns[0] if target is not None else None
         rows = []
         for fields in reader:
             if not fields or fields == [""]:  # a blank line
@@ -163,8 +161,7 @@ def _numbers(csv_file: str, choose, target_first: bool) -> tuple[list[str], np.n
                     f"{csv_file} line {line}: {len(fields)} fields where the header has "
                     f"{len(header)}; quote a value that holds a comma"
                 )
-            target = columns[0] if target_first else None
-            rows.append([_number(csv_file, line, header[i], fields[i], i == target)
+            rows.append([_number(csv_file, line, header[i], fields[i], i == target_index)
                          for i in columns])  # fmt: skip
     except csv.Error as err:  # a NUL byte, a field past csv's size limit, a stray quote
         raise UserError(f"{csv_file} line {reader.line_num}: not valid CSV ({err})") from None
