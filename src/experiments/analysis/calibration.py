@@ -58,10 +58,9 @@ def fit_temperature(
     The NLL is convex in 1/T, so it has one minimum along log T; a golden-section search
     over log T finds it, or the bound it lies beyond, without the divergence an unbounded
     optimizer shows when the minimum is at T -> 0."""
-    logits, labels = logits.double(), labels.long()
 
     def loss(log_t: float) -> float:
-        return float(torch.nn.functional.cross_entropy(logits / math.exp(log_t), labels))
+        return nll(logits, labels, math.exp(log_t))
 
     low, high = math.log(bounds[0]), math.log(bounds[1])
     ratio = (math.sqrt(5) - 1) / 2
@@ -102,8 +101,7 @@ def choose_temperature(logits: torch.Tensor, labels: torch.Tensor) -> Temperatur
     T -> 0, so its minimum says nothing about T), a fit at the bound of ``T_RANGE``, or a
     cross-fitted check (T fitted on one half raises the NLL of the other, either way)."""
     labels = labels.long()
-    n, k = int(labels.numel()), int(logits.shape[1])
-    per_class = torch.bincount(labels, minlength=k)
+    n = int(labels.numel())
     advice = "use a larger data.val_fraction"
     refused = []
     if bool((logits.argmax(dim=1) == labels).all()):
@@ -111,7 +109,7 @@ def choose_temperature(logits: torch.Tensor, labels: torch.Tensor) -> Temperatur
             f"validation split saturated: all {n} samples right, so its NLL falls to 0 as "
             f"T -> 0 and cannot choose T"
         )
-    fewest = int(per_class.min())
+    fewest = int(torch.bincount(labels, minlength=int(logits.shape[1])).min())
     if n < MIN_SAMPLES or fewest < MIN_PER_CLASS:
         refused.append(
             f"validation split too small to fit T: {n} samples, {fewest} in its smallest "
@@ -128,9 +126,8 @@ def choose_temperature(logits: torch.Tensor, labels: torch.Tensor) -> Temperatur
             f"({fitted:.4g}): the validation split does not pin T down; {advice}",
         )
     checks = _cross_fit(logits, labels)
-    rising = [c for c in checks if c["nll_after"] > c["nll_before"]]
-    if rising:
-        c = rising[0]
+    c = next((c for c in checks if c["nll_after"] > c["nll_before"]), None)
+    if c is not None:
         return TemperatureChoice(
             1.0,
             fitted,
@@ -178,10 +175,7 @@ def reliability_diagram(path: Path, curves: dict[str, tuple[torch.Tensor, torch.
         used = count > 0
         ece = expected_calibration_error(probs, labels)
         ax.plot(confidence[used], accuracy[used], marker="o", label=f"{name} (ECE {ece:.3f})")
-    ax.set_xlabel("confidence")
-    ax.set_ylabel("accuracy")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
+    ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
     ax.set_title(f"reliability ({BINS} bins)")
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()

@@ -76,8 +76,8 @@ def command(options: dict, overrides: list[str]) -> None:
         before = check_integrity(out) if Path(out).is_dir() else None
     except UserError:  # a corrupt manifest there: verify names it; compare still reports
         before = None
-    tex = options["latex"]
-    wrote = write_report(comparison, out, tex, confirmation)  # first: `| head` cannot stop it
+    # first: `| head` cannot stop it
+    wrote = write_report(comparison, out, options["latex"], confirmation)
     if before is not None:
         refresh(out, before)
     print(markdown(comparison, runs_section=False), end="")

@@ -23,8 +23,6 @@ from experiments.tracking.sweep_summary import markdown_table
 from experiments.tracking.sweep_summary import table_cell as cell
 
 CURVE_METRIC = "val/acc"
-
-
 MAX_LEGEND = 12
 
 
@@ -130,17 +128,13 @@ def _tags(run_dir) -> str:
 
 
 def _epochs_line(c: Comparison) -> str:
-    interval = (
-        "the t interval kept inside [0, 1], the metric's range"
-        if c.groups[0].stats[c.metric].bounds
-        else "Student's t"
-    )
+    bounded = c.groups[0].stats[c.metric].bounds
+    interval = "the t interval kept inside [0, 1], the metric's range" if bounded else "Student's t"
     return (
         f"Epochs: `best N` is each run's selected epoch, the one the best checkpoint keeps "
         f"({CHECKPOINTS}/{BEST_SIDECAR}); test metrics are of those weights; `last N` and (last) "
         f"mark a last-epoch value (a run that kept no best checkpoint). 95% CI of the mean "
-        f"over seeds: {interval}. Test "
-        f"metrics are shown, never used to rank."
+        f"over seeds: {interval}. Test metrics are shown, never used to rank."
     )
 
 
@@ -194,8 +188,9 @@ def plot_curves(comparison: Comparison, path: Path, column: str = CURVE_METRIC) 
     """Write ``column`` by epoch per group (mean line, min–max band); return how many runs
     had a curve (0: nothing written)."""
     c = comparison
-    series = []
-    n_curves = 0
+    fig = Figure(figsize=(8, 5))
+    ax = fig.add_subplot()
+    handles, n_curves = [], 0
     for i, group in enumerate(c.groups):
         curves = [cv for cv in (read_curve(r.path, column) for r in group.runs) if cv]
         n_curves += len(curves)
@@ -203,15 +198,6 @@ def plot_curves(comparison: Comparison, path: Path, column: str = CURVE_METRIC) 
             continue
         epochs = sorted(set().union(*curves))
         at = [[cv[e] for cv in curves if e in cv] for e in epochs]
-        mean = [math.fsum(v) / len(v) for v in at]
-        series.append((i, group, epochs, mean, [min(v) for v in at], [max(v) for v in at]))
-    if not series:
-        return 0
-
-    fig = Figure(figsize=(8, 5))
-    ax = fig.add_subplot()
-    handles = []
-    for i, group, epochs, mean, low, high in series:
         color = f"C{i % 10}"
         mark = marker(c, group)
         label = group.name + (f" ({mark})" if mark else "")
@@ -220,17 +206,20 @@ def plot_curves(comparison: Comparison, path: Path, column: str = CURVE_METRIC) 
         label = label if len(label) <= 70 else label[:67] + "..."
         (line,) = ax.plot(
             epochs,
-            mean,
+            [math.fsum(v) / len(v) for v in at],
             color=color,
             lw=2.2 if mark else 1.3,
             marker="o" if len(epochs) <= 30 else None,
             ms=3,
             label=f"{label} (n={len(group.runs)})",
         )
-        ax.fill_between(epochs, low, high, color=color, alpha=0.15, lw=0)
+        ax.fill_between(
+            epochs, [min(v) for v in at], [max(v) for v in at], color=color, alpha=0.15, lw=0
+        )
         handles.append(line)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel(column)
+    if not handles:
+        return 0
+    ax.set(xlabel="epoch", ylabel=column)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.set_title(f"{column} by epoch: mean per group, band = min–max over its runs", fontsize=10)
@@ -255,29 +244,21 @@ def write_report(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"out={out} is a file, not a folder")
-    if tex:
-        table_tex = latex(comparison)
-        atomic_write(out / "compare.tex", lambda f: f.write(table_tex.encode()))
     md = markdown(comparison)
     if confirmation is not None:
         md += "\n" + confirmation.markdown(comparison)
-    atomic_write(out / "compare.md", lambda f: f.write(md.encode()))
-    table = csv_text(comparison)
-    atomic_write(out / "compare.csv", lambda f: f.write(table.encode()))
-    metric = comparison.metric
-    column = metric if metric.startswith("val/") else CURVE_METRIC
+    texts = {"compare.md": md, "compare.csv": csv_text(comparison)}
+    if tex:
+        texts["compare.tex"] = latex(comparison)
+    for name, text in texts.items():
+        atomic_write(out / name, lambda f, text=text: f.write(text.encode()))
+    wrote = [str(out / name) for name in texts]
+    column = comparison.metric if comparison.metric.startswith("val/") else CURVE_METRIC
     n_runs = sum(len(g.runs) for g in comparison.groups)
     png = out / "compare.png"
     n_curves = plot_curves(comparison, png, column)
-    wrote = [str(out / "compare.md"), str(out / "compare.csv")]
-    if tex:
-        wrote.append(str(out / "compare.tex"))
     if n_curves:
         wrote.append(str(png))
-        lines = [f"wrote {', '.join(wrote)} ({column} curves of {n_curves} of {n_runs} runs)"]
-    else:
-        png.unlink(missing_ok=True)  # an older plot would not belong to this table
-        lines = [
-            f"wrote {', '.join(wrote)}; no compare.png: no run has {column} in csv/metrics.csv"
-        ]
-    return lines
+        return [f"wrote {', '.join(wrote)} ({column} curves of {n_curves} of {n_runs} runs)"]
+    png.unlink(missing_ok=True)  # an older plot would not belong to this table
+    return [f"wrote {', '.join(wrote)}; no compare.png: no run has {column} in csv/metrics.csv"]

@@ -19,14 +19,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.analysis.comparison_report import epochs_text, interval, mean_std
-from experiments.analysis.groups import Comparison, Group, differing_keys
-from experiments.analysis.readings import Run, Value, read_run, select, show_path
-from experiments.analysis.significance import Stats, metric_bounds, summarize
-from experiments.analysis.verdict import Verdict, decide
+from experiments.analysis.groups import Comparison, Group, differing_keys, ranked, verdict_on
+from experiments.analysis.readings import read_run, show_path
+from experiments.analysis.verdict import Verdict
 from experiments.errors import UserError
 from experiments.recorded.replay import read_overrides
 from experiments.runs.layout import RunDir
@@ -38,24 +37,14 @@ REPLACED = ("seed", "hparams_search")
 
 
 @dataclass
-class Fresh:
-    """One re-run config: the original group and its runs on the fresh seeds."""
-
-    group: Group
-    runs: list[Run] = field(default_factory=list)
-    values: list[Value] = field(default_factory=list)
-    stats: Stats | None = None
-    differs: list[str] = field(default_factory=list)  # config keys unlike the original's
-
-
-@dataclass
 class Confirmation:
     folder: Path
     seeds: list[int]
-    fresh: list[Fresh]  # in the original order (best first)
+    fresh: list[Group]  # the top groups on the fresh seeds, in the original order (best first)
     order: list[str]  # the original names, by their mean on the fresh seeds, best first
     verdict: Verdict | None
     kept: bool  # the original first group is first again
+    differs: dict[str, list[str]]  # per group: the config keys unlike the original's
 
     def markdown(self, comparison: Comparison) -> str:
         c = comparison
@@ -71,12 +60,12 @@ class Confirmation:
         head = ["group", "n", f"{c.metric} mean ± std", f"{c.metric} 95% CI", "epoch",
                 "rank before", "rank on fresh seeds"]  # fmt: skip
         rows = [
-            [f.group.name, f.stats.n, mean_std(f.stats), interval(f.stats),  # type: ignore[union-attr]
-             epochs_text(f.values), rank, self.order.index(f.group.name) + 1]
+            [f.name, f.stats[c.metric].n, mean_std(f.stats[c.metric]), interval(f.stats[c.metric]),
+             epochs_text(f.values[c.metric]), rank, self.order.index(f.name) + 1]
             for rank, f in enumerate(self.fresh, 1)
         ]  # fmt: skip
         lines += markdown_table(head, rows)
-        first = self.fresh[0].group.name
+        first = self.fresh[0].name
         if c.best is not None:
             outcome = (
                 f"{first}, the winner above, keeps its rank on fresh seeds."
@@ -93,11 +82,11 @@ class Confirmation:
         lines += ["", "Confirmation: " + outcome]
         if self.verdict is not None:
             lines += ["", "On fresh seeds, " + self.verdict.text + "."]
-        for fresh in self.fresh:
-            if fresh.differs:
+        for name, keys in self.differs.items():
+            if keys:
                 lines.append(
-                    f"\nNote: {fresh.group.name}'s re-run config differs from its runs' in "
-                    f"{', '.join(fresh.differs)} (the code or conf/ changed since?)."
+                    f"\nNote: {name}'s re-run config differs from its runs' in "
+                    f"{', '.join(keys)} (the code or conf/ changed since?)."
                 )
         return "\n".join(lines) + "\n"
 
@@ -158,39 +147,31 @@ def confirm(
         plans.append((group, kept))
     seeds = fresh_seeds(comparison, n_seeds)
     folder.mkdir(parents=True, exist_ok=False)
-    fresh = []
+    fresh, differs = [], {}
     listed = ",".join(map(str, seeds))
     for group, overrides in plans:
-        item = Fresh(group)
         target = folder / group.name
         say(f"confirm: training {group.name} with seed={listed} into {show_path(target)}")
         cmd = [sys.executable, "-m", "experiments.train", "-m", *overrides, f"seed={listed}",
                f"hydra.sweep.dir={target}"]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True)
+        runs = []
         for job in sorted((p for p in target.glob("*") if p.is_dir()), key=lambda p: p.name):
             run = read_run(job, comparison.metric, comparison.ignore)
             if isinstance(run, str):
                 raise UserError(f"confirm: the re-run in {job} cannot be compared: {run}")
-            item.runs.append(run)
-            item.values.append(select(run, comparison.metric))  # type: ignore[arg-type]
-        if done.returncode or len(item.runs) != len(seeds):
+            runs.append(run)
+        if done.returncode or len(runs) != len(seeds):
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["?"]
             raise UserError(
                 f"confirm: re-running {group.name} failed (exit {done.returncode}, "
-                f"{len(item.runs)} of {len(seeds)} runs finished): {tail[0][:300]}; its "
+                f"{len(runs)} of {len(seeds)} runs finished): {tail[0][:300]}; its "
                 f"folder: {target}"
             )
-        item.stats = summarize([v.value for v in item.values], metric_bounds(comparison.metric))
-        item.differs = sorted(differing_keys([group.config, *(r.config for r in item.runs)]))
-        fresh.append(item)
-    sign = 1 if comparison.mode == "max" else -1
-    ranked = sorted(fresh, key=lambda f: -sign * f.stats.mean)  # type: ignore[union-attr]
-    verdict = decide(
-        [f.group.name for f in ranked],
-        [[v.value for v in f.values] for f in ranked],
-        [[r.replicate for r in f.runs] for f in ranked],
-        comparison.mode,
-        comparison.metric,
-    )
-    order = [f.group.name for f in ranked]
-    return Confirmation(folder, seeds, fresh, order, verdict, order[0] == groups[0].name)
+        differs[group.name] = sorted(differing_keys([group.config, *(r.config for r in runs)]))
+        fresh.append(Group(group.name, group.config, runs))
+    metric, mode = comparison.metric, comparison.mode
+    again = ranked(fresh, [metric], mode)
+    order = [g.name for g in again]
+    verdict = verdict_on(again, metric, mode)
+    return Confirmation(folder, seeds, fresh, order, verdict, order[0] == groups[0].name, differs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,15 +101,10 @@ def compare(
     if not paths:
         raise UserError("give at least one run folder, sweep folder or glob pattern (see --help)")
     ignore = tuple(ignore)
-    runs: list[Run] = []
-    skipped: list[tuple[Path, str]] = []
     configs = Configs(ignore)
-    for path in find_runs(paths):
-        result = read_run(path, None, ignore, configs)
-        if isinstance(result, Run):
-            runs.append(result)
-        else:
-            skipped.append((path, result))
+    read = {path: read_run(path, None, ignore, configs) for path in find_runs(paths)}
+    runs = [run for run in read.values() if isinstance(run, Run)]
+    skipped = [(path, why) for path, why in read.items() if isinstance(why, str)]
     where = ", ".join(paths)
     if not runs:
         if skipped:
@@ -117,60 +113,58 @@ def compare(
             f"no runs found under {where} (a run folder holds {METRICS} and {HYDRA}/{SAVED_CONFIG})"
         )
     metric, mode, chosen_by = _metric_and_mode(runs, metric, mode)
-    kept = []
-    for run in runs:
-        value = select(run, metric)
-        if isinstance(value, str):
-            skipped.append((run.path, value))
-        else:
-            kept.append(run)
+    chosen = [(run, select(run, metric)) for run in runs]
+    skipped += [(run.path, why) for run, why in chosen if isinstance(why, str)]
+    kept = [run for run, value in chosen if not isinstance(value, str)]
     if not kept:
         raise UserError(f"no run to compare under {where}: {skipped_line(skipped)}")
 
     by_config: dict[frozenset, Group] = {}
     for run in kept:
         key = frozenset((k, identity(v)) for k, v in run.config.items())
-        group = by_config.get(key)
-        if group is None:
-            by_config[key] = group = Group("", run.config, [])
-        group.runs.append(run)
-    groups = list(by_config.values())
-
+        by_config.setdefault(key, Group("", run.config, [])).runs.append(run)
     metrics = [metric]
     twin = "test/" + metric.split("/", 1)[-1]  # the metric's own test value (val/mae: test/mae)
     for m in (twin, *STANDARD_METRICS):
         if m not in metrics and all(not isinstance(select(r, m), str) for r in kept):
             metrics.append(m)
+    groups = ranked(list(by_config.values()), metrics, mode)
+    for i, group in enumerate(groups, 1):
+        group.name = f"g{i}"
+    keys = differing_keys([g.config for g in groups])
+    verdict = verdict_on(groups, metric, mode)
+    return Comparison(metric, mode, metrics, groups, keys, skipped, ignore, chosen_by, verdict)
+
+
+def ranked(groups: list[Group], metrics: list[str], mode: str) -> list[Group]:
+    """``groups`` given their values and statistics of ``metrics``, sorted by the mean of
+    the first, best first (stable: equal means keep their order)."""
     for group in groups:
         for m in metrics:
             group.values[m] = [select(r, m) for r in group.runs]  # type: ignore[misc]
             group.stats[m] = summarize([v.value for v in group.values[m]], metric_bounds(m))
     sign = 1 if mode == "max" else -1
-    groups.sort(key=lambda g: -sign * g.stats[metric].mean)  # stable: equal means keep order
-    for i, group in enumerate(groups, 1):
-        group.name = f"g{i}"
-    keys = differing_keys([g.config for g in groups])
-    found = Comparison(metric, mode, metrics, groups, keys, skipped, ignore)
-    found.chosen_by = chosen_by
-    if len(groups) > 1:
-        found.verdict = decide(
-            [g.name for g in groups],
-            [[v.value for v in g.values[metric]] for g in groups],
-            [[r.replicate for r in g.runs] for g in groups],
-            mode,
-            metric,
-        )
-    return found
+    return sorted(groups, key=lambda g: -sign * g.stats[metrics[0]].mean)
+
+
+def verdict_on(groups: list[Group], metric: str, mode: str) -> Verdict | None:
+    """The verdict on ``groups`` given best first; None for one group: nothing to compare."""
+    if len(groups) < 2:
+        return None
+    return decide(
+        [g.name for g in groups],
+        [[v.value for v in g.values[metric]] for g in groups],
+        [[r.replicate for r in g.runs] for g in groups],
+        mode,
+        metric,
+    )
 
 
 def _metric_and_mode(runs: list[Run], metric: str | None, mode: str | None) -> tuple[str, str, str]:
     """The metric and mode to rank by, and a few words on where they came from."""
     chosen_by = "metric= given"
     if metric is None:
-        named: dict[str, int] = {}
-        for run in runs:
-            if run.optimized[0]:
-                named[run.optimized[0]] = named.get(run.optimized[0], 0) + 1
+        named = Counter(run.optimized[0] for run in runs if run.optimized[0])
         if not named:
             raise UserError(
                 "the runs' saved configs name no optimized_metric: give metric=<a key of "

@@ -35,24 +35,11 @@ from experiments.runs.notes import launch_tags
 from experiments.tracking.importance import is_replicate
 
 IGNORED_SECTIONS = ("seed", "paths", "hydra", "task_name", "tags", "resume")
-
-
 LOCATION_SUFFIXES = (
-    "stats_file",
-    "dirpath",
-    "save_dir",
-    "default_root_dir",
-    "output_dir",
-    "log_dir",
-)
-
-
+    "stats_file", "dirpath", "save_dir", "default_root_dir", "output_dir", "log_dir"
+)  # fmt: skip
 LOCATION_INTERPOLATIONS = ("${paths.", "${hydra:")
-
-
 GLOB_CHARS = frozenset("*?[")
-
-
 _SEED_LINE = re.compile(r"^seed:([^\n]*)\n?", re.M)  # the top-level seed key, as Hydra saves it
 
 
@@ -122,8 +109,7 @@ def select(run: Run, metric: str) -> Value | str:
     """
     value = run.metrics.get(metric)
     epoch = run.selected_epoch
-    last = number(run.metrics.get("epochs"))
-    last = int(last) if last is not None else None
+    last = whole(run.metrics.get("epochs"))
     if metric.startswith("val/") and epoch is not None:
         if run.best.get("monitor") == metric and number(run.best.get("value")) is not None:
             return Value(float(run.best["value"]), "best", epoch)
@@ -208,28 +194,13 @@ def group_config(
 def replicates(config: dict[str, Any]) -> dict[str, Any]:
     """The keys of a saved config that only replicate a run (the one rule:
     ``experiments.tracking.importance.is_replicate``), as ``{dotted key: value}``."""
-    found = {}
-
-    def skip(dotted: str, key: str, value: Any) -> bool:
-        if is_replicate(dotted) and not (isinstance(value, dict) and value):
-            found[dotted] = value
-            return True
-        return dotted in ("paths", "hydra")
-
-    for _ in dotted_leaves(config, skip):
-        pass
-    return found
+    leaves = dotted_leaves(config, lambda dotted, key, value: dotted in ("paths", "hydra"))
+    return {dotted: value for dotted, value in leaves if is_replicate(dotted)}
 
 
 def _names_folder(value: str, folder: str) -> bool:
     """``value`` holds the path ``folder`` itself or a path under it (not ``folder`` + "0")."""
-    start = value.find(folder)
-    while start >= 0:
-        end = start + len(folder)
-        if end == len(value) or value[end] in "/\\":
-            return True
-        start = value.find(folder, start + 1)
-    return False
+    return re.search(re.escape(folder) + r"(?![^/\\])", value) is not None
 
 
 def identity(value: Any) -> Any:
@@ -255,22 +226,17 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
     for arg in paths:
         if os.path.lexists(arg):
             targets = [arg]
-        elif GLOB_CHARS & set(arg):
-            targets = sorted(glob.glob(arg, recursive=True))
         else:
-            targets = []
+            targets = sorted(glob.glob(arg, recursive=True)) if GLOB_CHARS & set(arg) else []
         if not targets:
             missing.append(arg)
         for target in targets:
             for run in _runs_under(Path(target)):
                 found.setdefault(os.path.realpath(run), run)
     if missing:
-        options = [a for a in missing if "=" in a]
-        hint = (
-            f" ({', '.join(options)}: not an option; the options are metric=, mode=, out=, ignore=)"
-            if options
-            else ""
-        )
+        hint = ", ".join(a for a in missing if "=" in a)
+        if hint:
+            hint = f" ({hint}: not an option; the options are metric=, mode=, out=, ignore=)"
         raise UserError(f"no such file or folder: {', '.join(missing)}{hint}")
     return list(found.values())
 
@@ -438,6 +404,12 @@ def number(value: Any) -> float | None:
     return float(value) if ok and math.isfinite(value) else None
 
 
+def whole(value: Any) -> int | None:
+    """``number`` as an int (an epoch count), else None."""
+    n = number(value)
+    return int(n) if n is not None else None
+
+
 def value_text(value: Any) -> str:
     """A config value as written on a command line: ``0.01``, ``true``, ``null``, ``[1, 2]``."""
     if value is None:
@@ -454,9 +426,6 @@ def skipped_line(skipped: list[tuple[Path, str]]) -> str:
     return f"skipped {len(skipped)} {runs}: " + "; ".join(
         f"{show_path(p)}: {why}" for p, why in skipped
     )
-
-
-# ---------------------------------------------------------------- report
 
 
 def show_path(path: Path) -> str:

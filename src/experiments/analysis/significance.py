@@ -52,8 +52,7 @@ class Stats:
 def metric_bounds(metric: str) -> tuple[float, float] | None:
     """``(0.0, 1.0)`` for an accuracy-like metric (by name), None for an unbounded one
     (a loss, an error in the data's units, a time)."""
-    parts = [p for p in metric.split("/") if p]
-    names = [p for p in parts if not p.isdigit()]  # test/recall/3 -> recall
+    names = [p for p in metric.split("/") if p and not p.isdigit()]  # test/recall/3 -> recall
     return UNIT if names and names[-1] in BOUNDED_NAMES else None
 
 

@@ -17,6 +17,11 @@ from experiments.analysis.significance import Stats, summarize, t_quantile_975, 
 Z_80 = 0.8416212335729143  # one-sided 80% quantile of the normal: the power asked for
 ALPHA = 0.05
 MAX_SEEDS = 100  # a "seeds needed" above this says "more than 100": an estimate, not a plan
+# LaTeX's special characters, written as text
+TEX = str.maketrans({
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+    "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -109,17 +114,14 @@ def compare_pair(
             return Pairwise(other, "", n, diff, 0.0, note=(
                 "every shared seed gives the same difference, so the seed-to-seed noise "
                 "cannot be estimated: not tested"))  # fmt: skip
-        t = diff / (sd / math.sqrt(len(d)))
-        df = len(d) - 1.0
+        t, df = diff / (sd / math.sqrt(len(d))), len(d) - 1.0
         return Pairwise(other, "paired t", n, diff, sd, t, df, t_two_sided_p(t, df))
-    spread_of = sa.std if sb.std is None else sb.std
-    if (sa.std is None) != (sb.std is None) and spread_of:
+    many = sa if sb.std is None else sb
+    if (sa.std is None) != (sb.std is None) and many.std:
         # one group ran once: its run is tested against the other group's spread (equal
         # variances assumed, the only way one run can be compared): df of the other group
-        many = sa if sb.std is None else sb
-        t = diff / (spread_of * math.sqrt(1 / len(a) + 1 / len(b)))
-        df = many.n - 1.0
-        spread = spread_of * math.sqrt(2)
+        t, df = diff / (many.std * math.sqrt(1 / len(a) + 1 / len(b))), many.n - 1.0
+        spread = many.std * math.sqrt(2)
         return Pairwise(other, "t (one run)", n, diff, spread, t, df, t_two_sided_p(t, df))
     if sa.std is None or sb.std is None:
         if len(a) == 1 and len(b) == 1 and _same(diff, 0.0):
@@ -135,8 +137,7 @@ def compare_pair(
             "neither group varies from seed to seed, so the noise cannot be estimated: "
             "not tested"))  # fmt: skip
     t, df = welch(sa, sb)  # type: ignore[misc]
-    t *= sign
-    return Pairwise(other, "Welch's t", n, diff, spread, t, df, t_two_sided_p(t, df))
+    return Pairwise(other, "Welch's t", n, diff, spread, sign * t, df, t_two_sided_p(t, df))
 
 
 def holm(ps: Sequence[float]) -> list[float]:
@@ -241,12 +242,13 @@ def latex(comparison) -> str:
     metric's mean and 95% interval (kept in [0, 1] for a fraction, so written as its two
     ends), the number of seeds; the winner in bold (none for a tie)."""
     c = comparison
-    cols = ["group", *c.keys, f"{c.metric} (mean [95\\% CI])", "seeds"]
+    names = [h.translate(TEX) for h in ["group", *c.keys]]
+    cols = [*names, f"{c.metric} (mean [95\\% CI])", "seeds"]
     lines = [
         "% written by python -m experiments.compare --latex",
-        "\\begin{tabular}{" + "l" * (len(cols) - 2) + "rr}",
+        "\\begin{tabular}{" + "l" * len(names) + "rr}",
         "\\hline",
-        " & ".join(_tex(h) if i < len(cols) - 2 else h for i, h in enumerate(cols)) + " \\\\",
+        " & ".join(cols) + " \\\\",
         "\\hline",
     ]
     for group in c.groups:
@@ -256,17 +258,7 @@ def latex(comparison) -> str:
             value += f" [{s.ci_low:.4f}, {s.ci_high:.4f}]"
         if group is c.best:  # a winner at 95% only: a tie has no bold row
             value = f"\\textbf{{{value}}}"
-        keys = [_tex(str(group.config.get(k, "(absent)"))) for k in c.keys]
+        keys = [str(group.config.get(k, "(absent)")).translate(TEX) for k in c.keys]
         lines.append(" & ".join([group.name, *keys, value, str(len(group.runs))]) + " \\\\")
     lines += ["\\hline", "\\end{tabular}", ""]
     return "\n".join(lines)
-
-
-TEX_ESCAPES = str.maketrans({
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-    "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
-})  # fmt: skip
-
-
-def _tex(text: str) -> str:
-    return text.translate(TEX_ESCAPES)

@@ -38,18 +38,12 @@ from experiments.analysis.readings import (
     printable,
     read_curves,
     select,
+    whole,
     without_folder,
 )
 from experiments.errors import UserError, one_line
 from experiments.runs.files import atomic_write, parse_yaml, read_json, read_text, read_yaml
-from experiments.runs.layout import (
-    FOLD_PREFIX,
-    METRICS,
-    RunDir,
-    SweepDir,
-    run_folders,
-    sidecar_epoch,
-)
+from experiments.runs.layout import FOLD_PREFIX, METRICS, RunDir, SweepDir, run_folders
 from experiments.runs.notes import merge_tags, read_notes
 
 log = logging.getLogger(__name__)
@@ -60,6 +54,7 @@ INDEX_VERSION = 1
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 STATUSES = ("finished", "running", "failed", "broken")
 KINDS = ("run", "job", "cv")
+SHAPES = {(status, kind) for status in STATUSES for kind in KINDS}
 # metrics.json numbers that are not stage/name metrics but belong in the table
 PLAIN_METRICS = ("wall_time_s", "params", "epochs")
 CURVES = ("val/acc", "val/loss", "train/loss")  # + each run's optimized metric
@@ -189,18 +184,15 @@ class Reader:
             reasons.clear()
         selected = {k: number(v) for k, v in metrics.items() if is_metric(k)}
         at_best = best.get("metrics") if isinstance(best.get("metrics"), dict) else None
+        found = Run(run.path, metrics, {}, best=best)
         if at_best is not None:  # the selected epoch's validation metrics, as best.json has them
             selected.update({k: number(v) for k, v in at_best.items() if is_metric(k)})
         elif best:  # an older run: compare's reading (best.json's value, else the csv row)
-            old = Run(run.path, metrics, {}, best=best)
             for k in [k for k in selected if k.startswith("val/")]:
-                value = select(old, k)
+                value = select(found, k)
                 selected[k] = None if isinstance(value, str) else value.value
         record["metrics"] = {k: v for k, v in selected.items() if v is not None}
-        try:
-            record["epoch"] = sidecar_epoch(best) if best else _int(metrics.get("epochs"))
-        except (TypeError, ValueError, OverflowError):
-            record["epoch"] = None
+        record["epoch"] = found.selected_epoch if best else whole(metrics.get("epochs"))
         record["duration_s"] = number(metrics.get("wall_time_s"))
 
     def _group_choices(self, run: RunDir, reasons: list[str]) -> dict[str, str]:
@@ -237,11 +229,6 @@ def _points(curve: dict[int, float]) -> list[list[float]]:
         step = math.ceil(len(pairs) / MAX_CURVE_POINTS)
         pairs = pairs[::step] + ([pairs[-1]] if (len(pairs) - 1) % step else [])
     return [[e + 1, round(v, 6)] for e, v in pairs]  # Lightning counts epochs from 0
-
-
-def _int(value: Any) -> int | None:
-    n = number(value)
-    return int(n) if n is not None else None
 
 
 def _kind(folder: Path, names: set[str]) -> str:
@@ -281,7 +268,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except (PermissionError, OverflowError, ValueError):
-        return True
+        pass  # someone else's process, or a pid no process can have: assume it lives
     return True
 
 
@@ -401,27 +388,23 @@ _TYPES = {
     "name": str, "kind": str, "status": str, "reason": str, "tags": list, "note": str,
     "overrides": list, "choices": dict, "metrics": dict, "curves": dict,
 }  # fmt: skip
+_CONFIG_TYPES = {"config": dict, "optimized": list, "tags": list}
+
+
+def _shaped(data: Any, types: dict[str, type]) -> bool:
+    return isinstance(data, dict) and all(isinstance(data.get(k), t) for k, t in types.items())
 
 
 def _usable(entry: Any, configs: dict) -> bool:
     """A cached entry has the shape ``Reader.read`` gives (else the folder is read again)."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
-        return False
-    record = entry["record"]
-    if any(not isinstance(record.get(k), t) for k, t in _TYPES.items()):
-        return False
-    if record["status"] not in STATUSES or record["kind"] not in KINDS:
+    record = entry.get("record") if isinstance(entry, dict) else None
+    if not _shaped(record, _TYPES) or (record["status"], record["kind"]) not in SHAPES:
         return False
     if not all(isinstance(v, int | float) for v in record["metrics"].values()):
         return False
     config_id = record.get("config_id")
-    if config_id is not None:
-        found = configs.get(config_id)
-        if not isinstance(found, dict) or not isinstance(found.get("config"), dict):
-            return False
-        if not isinstance(found.get("optimized"), list) or not isinstance(found.get("tags"), list):
-            return False
-    return True
+    found = configs.get(config_id) if isinstance(config_id, str) else None  # a list: unhashable
+    return config_id is None or _shaped(found, _CONFIG_TYPES)
 
 
 def _save(path: Path, entries: dict, configs: dict) -> None:

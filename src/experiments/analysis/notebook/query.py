@@ -17,6 +17,7 @@ matches.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import operator
 import os
@@ -175,8 +176,8 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     tokens, at = [], 0
     text = text.strip()
     while at < len(text):
-        m = _TOKEN.match(text, at)
-        if m is None or m.end() == at:
+        m = _TOKEN.match(text, at)  # each token takes the blanks before it
+        if m is None:
             raise UserError(f"where={text!r}: cannot read {text[at:].strip()[:20]!r}")
         kind = m.lastgroup or ""
         value = m.group(kind)
@@ -184,8 +185,6 @@ def _tokens(text: str) -> list[tuple[str, str]]:
             value = re.sub(r"\\(.)", r"\1", value[1:-1])
         tokens.append((kind, value))
         at = m.end()
-        while at < len(text) and text[at].isspace():
-            at += 1
     return tokens
 
 
@@ -279,10 +278,7 @@ def _eval(tree, df):
         results = [_eval(p, df) for p in tree.parts]
         if tree.op == "not":
             return ~results[0]
-        out = results[0]
-        for r in results[1:]:
-            out = (out & r) if tree.op == "and" else (out | r)
-        return out
+        return functools.reduce(operator.and_ if tree.op == "and" else operator.or_, results)
     column = df[tree.key]
     numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
     if tree.key == "start":
@@ -298,11 +294,9 @@ def _eval(tree, df):
             f"where: {tree.key}{tree.op}{tree.value}: {tree.op} compares numbers; use = != or ~"
         )
     present = column.map(lambda v: not _missing(v))
-    if tree.op == "=":
-        return present & (text == value)
-    if tree.op == "!=":
-        return present & (text != value)
-    return present & text.map(lambda t: value in t)
+    if tree.op == "~":
+        return present & text.map(lambda t: value in t)
+    return present & ((text == value) if tree.op == "=" else (text != value))
 
 
 def _compare(column, op, value, key):
@@ -315,8 +309,8 @@ def _compare(column, op, value, key):
 
 
 def _maybe_number(value: Any) -> float:
-    n = value if isinstance(value, int | float) and not isinstance(value, bool) else None
-    return float(n) if n is not None else math.nan
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if is_number else math.nan
 
 
 def _missing(value: Any) -> bool:

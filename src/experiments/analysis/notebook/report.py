@@ -35,10 +35,11 @@ from typing import Any
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from experiments.analysis.groups import direction
+from experiments.analysis.groups import differing_keys, direction
+from experiments.analysis.notebook import query
 from experiments.analysis.notebook.index import build
 from experiments.analysis.notebook.page import PAGE_CSS, PAGE_JS
-from experiments.analysis.notebook.query import evaluate, frame, optimized_pairs, parse, shown_value
+from experiments.analysis.notebook.query import FIRST, shown_value
 from experiments.analysis.readings import identity, printable
 from experiments.analysis.significance import metric_bounds, summarize
 from experiments.errors import UserError, one_line
@@ -82,11 +83,7 @@ def _json_for_html(data: Any) -> str:
 def _plain(value: Any) -> Any:
     """A cell as JSON: NaN/NaT as null, numbers rounded to 6 significant digits, lists as
     text, timestamps as ISO text."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
+    if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
         return None if not math.isfinite(value) else float(f"{value:.6g}")
@@ -106,20 +103,18 @@ def _plain(value: Any) -> Any:
 
 def page_data(root: str | os.PathLike, where: str | None = None, title: str = "") -> dict:
     """Everything the page shows, as plain data (the HTML only lays it out)."""
-    tree = parse(where) if where else None
+    tree = query.parse(where) if where else None  # a bad where fails before the folder is read
     index = build(Path(root))
-    df = frame(index)
+    df = query.frame(index)
     if tree is not None:
-        df = df[evaluate(tree, df)].reset_index(drop=True)
-    df = df.sort_values("start", ascending=False, na_position="last", kind="stable")
-    df = df.reset_index(drop=True)
+        df = df[query.evaluate(tree, df)]
+    df = query.order(df, "start", False, None)
     records = {r["name"]: r for r in index.records}
     metrics = main_metrics(df)[:MAX_METRICS]
     choices = [c for c in df.columns if c in {k for r in index.records for k in r["choices"]}]
     config_keys = [c for c in df.columns if "." in c or c in _top_level_keys(index)]
     differing = varying(df, choices + config_keys)[:MAX_KEYS]
-    fixed = ["name", "status", "kind", "tags", "note", "start", "duration_s", "epoch", "seed"]
-    columns = [*fixed, *metrics, *differing, "reason"]
+    columns = [*FIRST, *metrics, *differing, "reason"]
     rows = [[_plain(v) for v in row] for row in df[columns].itertuples(index=False)]
     kinds = {c: ("num" if c in ("duration_s", "epoch", *metrics) else "text") for c in columns}
     kinds["start"] = "date"
@@ -129,11 +124,7 @@ def page_data(root: str | os.PathLike, where: str | None = None, title: str = ""
     for name in df["name"]:
         found = index.config(records[name])
         all_config[name] = {**found.get("config", {}), **found.get("replicates", {})}
-    diff_keys = sorted({k for c in all_config.values() for k in c})
-    diff_keys = [
-        k for k in diff_keys
-        if len({identity(c.get(k, "\0absent")) for c in all_config.values()}) > 1
-    ]  # fmt: skip
+    diff_keys = sorted(differing_keys(list(all_config.values())))
     diff_values = [[_plain(shown_value(all_config[n].get(k))) if k in all_config[n] else None
                     for k in diff_keys] for n in df["name"]]  # fmt: skip
     finished = df[df["status"] == "finished"]
@@ -147,7 +138,7 @@ def page_data(root: str | os.PathLike, where: str | None = None, title: str = ""
         "metrics": metrics,
         # the metrics whose best is lowest (the runs' optimized_mode, else the name), for
         # the page's "best 10" button
-        "lower": [m for m in metrics if direction(m, optimized_pairs(df))[0] == "min"],
+        "lower": [m for m in metrics if direction(m, query.optimized_pairs(df))[0] == "min"],
         "rows": rows,
         "curves": curves,
         "diff": {"keys": diff_keys, "values": diff_values},
@@ -181,7 +172,8 @@ def groups(df, metrics: list[str], keys: list[str], configs: dict[str, dict]) ->
         has = df[df[metric].notna()]
         if has.empty:
             continue
-        ways = {}
+        lower = any(w in metric for w in ("loss", "error", "time", "ece"))
+        out[metric] = {}
         for way in ["config", *shown]:
             buckets: dict[Any, list[int]] = {}
             labels = has["name"].map(by_config) if way == "config" else has[way].map(identity)
@@ -189,9 +181,8 @@ def groups(df, metrics: list[str], keys: list[str], configs: dict[str, dict]) ->
                 buckets.setdefault(label, []).append(i)
             found = []
             for members in buckets.values():
-                stats = summarize(
-                    [float(has.at[i, metric]) for i in members], metric_bounds(metric)
-                )
+                values = [float(has.at[i, metric]) for i in members]
+                stats = summarize(values, metric_bounds(metric))
                 first = has.loc[members[0]]
                 parts = shown if way == "config" else [way]
                 name = " ".join(f"{k}={shown_value(first[k])}" for k in parts)
@@ -201,10 +192,7 @@ def groups(df, metrics: list[str], keys: list[str], configs: dict[str, dict]) ->
                     "low": _plain(stats.ci_low), "high": _plain(stats.ci_high),
                     "runs": [printable(str(has.at[i, "name"])) for i in members],
                 })  # fmt: skip
-            lower = any(w in metric for w in ("loss", "error", "time", "ece"))
-            found.sort(key=lambda g: g["mean"] if lower else -g["mean"])
-            ways[way] = found
-        out[metric] = ways
+            out[metric][way] = sorted(found, key=lambda g: g["mean"] if lower else -g["mean"])
     return out
 
 
