@@ -194,16 +194,13 @@ def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
     Raises:
         UserError: the file does not exist (naming the path).
     """
-    run_dir = Path(run_dir)
+    run = RunDir(run_dir)
     if ckpt in ("best", "last"):
-        layout = RunDir(run_dir)
-        path = layout.best_weights if ckpt == "best" else layout.last_weights
+        path = run.weights(ckpt)
     else:
         path = Path(ckpt)
         if not path.is_absolute() and not path.exists():
-            path = next(
-                (p for p in (run_dir / path, run_dir / "checkpoints" / path) if p.exists()), path
-            )
+            path = next((p for p in (run.path / path, run.checkpoints / path) if p.exists()), path)
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path}")
     if path.suffix == ".ckpt":
