@@ -17,7 +17,8 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from experiments.config.hints import Ge, Le, Length, Lt, Why
 from experiments.data import sources, store
-from experiments.data.datasets import export_digits
+from experiments.data.datasets import CsvImageDataset, export_digits
+from experiments.data.images import peek_image
 from experiments.data.loaders import loader
 from experiments.data.normalization import normalize, resolve_stats
 from experiments.data.splits import split_indices, warn_absent_classes
@@ -301,15 +302,20 @@ class CsvData(ImageData):
     dataset: Literal["image_csv"] = "image_csv"
 
     def sets(self, transform: Callable | None) -> tuple[Dataset, Dataset | None]:
-        mode, size = self.image_mode, self.image_size
+        mode, size, folder = self.image_mode, self.image_size, self.image_dir
         if mode is None or size is None:  # the first image's
-            first = sources.first_image(self.csv_file, self.image_dir, self.follow_symlinks)
+            links = self.follow_symlinks
+            probe = CsvImageDataset(self.csv_file, folder, check_files=False, follow_symlinks=links)
+            first = peek_image(probe.path(0))
             mode, size = mode or first[0], size or first[1]
-        return sources.csv_sets(
-            self.csv_file, self.image_dir, self.test_csv_file, **self.read_options(transform),
-            image_mode=mode, image_size=tuple(size), cache=self.cache,
-            follow_symlinks=self.follow_symlinks,
+        options = dict(
+            **self.read_options(transform), image_mode=mode, image_size=tuple(size),
+            cache=self.cache, follow_symlinks=self.follow_symlinks,
         )  # fmt: skip
+        train = CsvImageDataset(self.csv_file, folder, **options)
+        if not self.test_csv_file:  # test is carved out of train
+            return train, None
+        return train, CsvImageDataset(self.test_csv_file, folder, classes=train.classes, **options)
 
 
 @_config
@@ -362,10 +368,11 @@ class DigitsData(DatasetData):
                 f"exports them); give the folder that holds them, e.g. "
                 f"paths.data_dir=<folder with digits/>"
             )
-        return sources.csv_sets(
-            str(folder / "labels.csv"), str(folder / "images"), **self.read_options(transform),
+        digits = CsvImageDataset(
+            folder / "labels.csv", folder / "images", **self.read_options(transform),
             image_mode="L", cache=self.cache,
         )  # fmt: skip
+        return digits, None
 
     def fixed(self, dataset: Dataset) -> bool:
         return self.dataset is None

@@ -1,5 +1,5 @@
-"""Where the built-in sources' Datasets come from: each function returns ``(train, test)``
-Datasets (``test`` may be None: the DataModule then carves it out of ``train``)."""
+"""The torchvision sources' Datasets, CIFAR-10's pickles read as data, and the class names
+of any Dataset."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from torchvision import datasets as tvd
 
 from experiments.data import safe_pickle
 from experiments.data.csv_index import MAX_CLASSES
-from experiments.data.datasets import CsvImageDataset, peek_image
 from experiments.errors import UserError
 
 
@@ -79,23 +78,6 @@ def torchvision_sets(
             f"{name} not found: looked in {folder}. Set data.download=true to fetch it "
             f"(needs network), or copy the files there, or point data.root at them"
         ) from None
-
-
-def first_image(csv_file: str, image_dir: str, follow_symlinks: bool) -> tuple[str, tuple]:
-    """Mode (``L`` or ``RGB``) and ``(height, width)`` of the first image a CSV lists."""
-    probe = CsvImageDataset(csv_file, image_dir, check_files=False, follow_symlinks=follow_symlinks)
-    return peek_image(probe.path(0))
-
-
-def csv_sets(
-    csv_file: str, image_dir: str, test_csv_file: str | None = None, **options
-) -> tuple[Dataset, Dataset | None]:
-    """A CSV-indexed image folder (``options``: ``CsvImageDataset``'s), with an optional
-    separate test CSV (same folder, the training CSV's classes)."""
-    train = CsvImageDataset(csv_file, image_dir, **options)
-    if not test_csv_file:
-        return train, None
-    return train, CsvImageDataset(test_csv_file, image_dir, classes=train.classes, **options)
 
 
 def class_names(dataset) -> list[str]:
