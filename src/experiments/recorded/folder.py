@@ -2,7 +2,7 @@
 with ``key=value`` overrides applied and its references resolved without any resolver
 (``recorded.references``), its weights-only checkpoints with their sidecars checked for type
 and range, and the places a command may write. What may be built from it is decided by
-``config.allowlist``.
+``recorded.allowlist``.
 
 Nothing here imports torch or Lightning, so argument and config mistakes answer in
 well under a second.

@@ -87,11 +87,8 @@ def checkpoint_label(name: object, epoch: object) -> str:
 
 def checkpoint_files(checkpoints: Path) -> list[Path]:
     """The weights files and their sidecars that exist, best first (what trackers upload)."""
-    files = []
-    for role in WEIGHTS_ROLES:
-        weights = weights_file(checkpoints, role)
-        files += [weights, sidecar_of(weights)]
-    return [f for f in files if f.is_file()]
+    weights = [weights_file(checkpoints, role) for role in WEIGHTS_ROLES]
+    return [f for w in weights for f in (w, sidecar_of(w)) if f.is_file()]
 
 
 def sidecar_of(weights: Path) -> Path:
@@ -260,9 +257,7 @@ class RunDir:
     def resumable(self) -> bool:
         """Something to continue: a full checkpoint, or (cross-validation, ``cv.folds``)
         a ``fold_<k>`` run with a checkpoint or finished."""
-        if self.has_checkpoint():
-            return True
-        return any(f.has_checkpoint() or f.finished for f in self.folds())
+        return self.has_checkpoint() or any(f.has_checkpoint() or f.finished for f in self.folds())
 
     def has_checkpoint(self) -> bool:
         """A full checkpoint to continue from exists (``last.ckpt``, its ``.prev``, or hpc)."""
