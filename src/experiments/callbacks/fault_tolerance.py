@@ -111,12 +111,8 @@ class FaultTolerance(L.Callback):
         self.signum = self.signum or signal.SIGTERM
         pending = self._take_non_finite()
         if pending is not None:
-            log.error(
-                "not saving on %s: the loss of step %d is %s",
-                signal.Signals(self.signum).name,
-                pending.step,
-                pending.value(),
-            )
+            log.error("not saving on %s: the loss of step %d is %s",
+                      signal.Signals(self.signum).name, pending.step, pending.value())  # fmt: skip
             return
         if trainer.state.fn == "fit":  # a signal during test: the fit's checkpoint stands
             trainer.save_checkpoint(self.dirpath / LAST_CKPT)
@@ -141,14 +137,15 @@ class FaultTolerance(L.Callback):
             self._raise_if_not_finite()  # validation (and the .pt written after it)
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if trainer.sanity_checking or trainer.current_epoch != 0 or not self.first_loss:
-            return
         val_loss = trainer.callback_metrics.get("val/loss")
-        if val_loss is None or not self.first_loss > 0:
+        if trainer.sanity_checking or trainer.current_epoch != 0 or val_loss is None:
             return
         value = float(val_loss)
-        if value > self.explode_factor * self.first_loss:
-            lr = _learning_rate(trainer)
+        if self.first_loss is not None and 0 < self.explode_factor * self.first_loss < value:
+            try:
+                lr = float(trainer.optimizers[0].param_groups[0]["lr"])
+            except (IndexError, KeyError, AttributeError, TypeError):
+                lr = None
             lower = f"optimizer.lr={lr / 10:g} (it is {lr:g})" if lr else "a lower optimizer.lr"
             log.warning(
                 "val/loss is %.4g after the first epoch, %.0fx the first training loss (%.4g): "
@@ -212,13 +209,6 @@ class _FiniteFlag:
 
     def value(self) -> float:
         return float(self.loss)
-
-
-def _learning_rate(trainer) -> float | None:
-    try:
-        return float(trainer.optimizers[0].param_groups[0]["lr"])
-    except (IndexError, KeyError, AttributeError, TypeError):
-        return None
 
 
 def rng_states() -> dict[str, Any]:

@@ -80,12 +80,9 @@ class TorchCompile(L.Callback):
         self.first_step_s = time.perf_counter() - self._t0
         self.break_reasons = graph_breaks()
         self.graph_breaks = sum(self.break_reasons.values())
-        log.info(
-            "compile: first step %.1f s, %d graph break(s)%s",
-            self.first_step_s,
-            self.graph_breaks,
-            "".join(f"\n  - {r} (x{n})" for r, n in list(self.break_reasons.items())[:5]),
-        )
+        reasons = "".join(f"\n  - {r} (x{n})" for r, n in list(self.break_reasons.items())[:5])
+        log.info("compile: first step %.1f s, %d graph break(s)%s",
+                 self.first_step_s, self.graph_breaks, reasons)  # fmt: skip
         for key in ("first_step_s", "graph_breaks"):
             pl_module.log(f"compile/{key}", float(getattr(self, key)), on_step=False, on_epoch=True)
 

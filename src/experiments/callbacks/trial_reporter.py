@@ -48,13 +48,9 @@ class TrialReporter(L.Callback):
             prune = self._trial.should_prune()
             if prune:
                 self._trial.set_user_attr("pruned_at_epoch", epoch)
-                log.info(
-                    "pruned by the %s pruner at epoch %d (%s=%.4f)",
-                    self.settings.get("pruner"),
-                    epoch + 1,
-                    self.monitor,
-                    float(value),
-                )
+                pruner = self.settings.get("pruner")
+                log.info("pruned by the %s pruner at epoch %d (%s=%.4f)", pruner, epoch + 1,
+                         self.monitor, float(value))  # fmt: skip
         if trainer.world_size > 1:
             prune = trainer.strategy.broadcast(prune, src=0)
         if prune:

@@ -108,8 +108,7 @@ class ValidationAccuracy(L.Callback):
         fig.colorbar(image, ax=ax, fraction=0.046)
         ax.set_xticks(range(k), names, rotation=90 if k > 10 else 0)
         ax.set_yticks(range(k), names)
-        ax.set_xlabel("predicted")
-        ax.set_ylabel("true")
+        ax.set(xlabel="predicted", ylabel="true")
         acc = self.epoch_acc if self.epoch_acc is not None else float("nan")
         ax.set_title(f"validation confusion matrix (acc {acc:.3f})")
         if k <= 30:
@@ -125,20 +124,15 @@ class ValidationAccuracy(L.Callback):
     def _plot_curves(self) -> None:
         fig = Figure(figsize=(10, 4))
         loss_ax, acc_ax = fig.subplots(1, 2)
-        for key in ("train/loss", "val/loss"):
-            points = [(r["epoch"] + 1, r[key]) for r in self.history if key in r]
-            if points:
-                loss_ax.plot(*zip(*points, strict=True), marker="o", label=key)
-        loss_ax.set_xlabel("epoch")
-        loss_ax.set_ylabel("loss")
-        loss_ax.legend()
-        points = [(r["epoch"] + 1, r["val/acc"]) for r in self.history if "val/acc" in r]
-        if points:
-            acc_ax.plot(*zip(*points, strict=True), marker="o", color="tab:green", label="val/acc")
-        acc_ax.set_xlabel("epoch")
-        acc_ax.set_ylabel("accuracy")
-        acc_ax.legend()
-        for ax in (loss_ax, acc_ax):
+        for ax, ylabel, keys in ((loss_ax, "loss", ("train/loss", "val/loss")),
+                                 (acc_ax, "accuracy", ("val/acc",))):  # fmt: skip
+            for key in keys:
+                points = [(r["epoch"] + 1, r[key]) for r in self.history if key in r]
+                color = "tab:green" if key == "val/acc" else None
+                if points:
+                    ax.plot(*zip(*points, strict=True), marker="o", color=color, label=key)
+            ax.set(xlabel="epoch", ylabel=ylabel)
+            ax.legend()
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.tight_layout()
         fig.savefig(self.dirpath / "learning_curves.png", dpi=110)

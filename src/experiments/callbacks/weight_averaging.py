@@ -75,11 +75,6 @@ class WeightAveraging(L.Callback):
 
     # -- the average ----------------------------------------------------------------------
 
-    @property
-    def _ready(self) -> bool:
-        """There is an average to swap in (last_k: once an epoch has ended)."""
-        return bool(self._live) and (self.kind == "ema" or len(self._window) > 0)
-
     @torch.no_grad()
     def _swap(self) -> None:
         for live, other in zip(self._live, self._other, strict=True):
@@ -89,11 +84,8 @@ class WeightAveraging(L.Callback):
         self._swapped = not self._swapped
 
     def _swap_in(self) -> None:
-        if not self._swapped and self._ready:
-            self._swap()
-
-    def _swap_out(self) -> None:
-        if self._swapped:
+        # only where there is an average (last_k: once an epoch has ended)
+        if not self._swapped and self._live and (self.kind == "ema" or self._window):
             self._swap()
 
     @torch.no_grad()
@@ -143,7 +135,8 @@ class WeightAveraging(L.Callback):
             self._loaded = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._swap_out()
+        if self._swapped:
+            self._swap()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not self._live:

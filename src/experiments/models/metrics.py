@@ -148,23 +148,6 @@ def resolve_top_k(top_k, num_classes: int) -> int | None:
     return int(top_k)
 
 
-def epoch_ends_here(trainer, global_step: int) -> bool:
-    """This training step is the epoch's last (or the run's, by ``max_steps``)."""
-    if trainer is None:
-        return False
-    steps = trainer.max_steps
-    last = trainer.is_last_batch
-    return last or (steps is not None and 0 < steps <= global_step + 1)
-
-
-def logging_step(trainer, global_step: int) -> bool:
-    """The steps on which Lightning hands logged values to the loggers; others are dropped."""
-    if trainer is None:
-        return False
-    every = max(int(trainer.log_every_n_steps), 1)
-    return (global_step + 1) % every == 0 or trainer.should_stop
-
-
 def log_to_loggers(trainer, values: dict[str, Any], step: int | None = None) -> None:
     """Hand values straight to every logger and to ``trainer.callback_metrics``, which the
     progress bar shows and ``metrics.json`` records: per-step values (``train/loss_step``,

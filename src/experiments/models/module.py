@@ -19,9 +19,7 @@ from experiments.models.metrics import (
     ConfusionStats,
     RunningMean,
     TrainTotals,
-    epoch_ends_here,
     log_to_loggers,
-    logging_step,
     resolve_top_k,
     summarize,
 )
@@ -186,12 +184,16 @@ class ClassificationModule(TaskSteps, L.LightningModule):
         epoch = {"on_step": False, "on_epoch": True}
         if stage == "train":  # no Lightning result state per step: logged once, at the end
             self.train_totals.add(logits.detach(), labels, loss, x.shape[0])
-            trainer = attached_trainer(self)
-            if epoch_ends_here(trainer, self.global_step):
-                values = self.train_totals.take(self.trainer.strategy)
+            trainer, steps = attached_trainer(self), self.global_step + 1
+            if trainer is None:
+                return loss
+            max_steps = trainer.max_steps or 0  # None or -1: no limit
+            if trainer.is_last_batch or 0 < max_steps <= steps:  # the epoch's (run's) last step
+                values = self.train_totals.take(trainer.strategy)
                 self.log("train/loss", values["train/loss"], prog_bar=True, **epoch)
                 self.log("train/acc", values["train/acc"], **epoch)
-            if logging_step(trainer, self.global_step):  # Lightning saves the loggers after it
+            # the steps on which Lightning hands logged values to the loggers (and saves them)
+            if steps % max(int(trainer.log_every_n_steps), 1) == 0 or trainer.should_stop:
                 log_to_loggers(trainer, {"train/loss_step": loss.detach()}, logger_step(trainer))
             return loss
         getattr(self, f"{stage}_stats").update(logits.detach(), labels)

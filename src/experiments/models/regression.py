@@ -30,16 +30,11 @@ class RegressionModule(TaskSteps, L.LightningModule):
     """An MLP (``hidden_sizes=[]``: a linear model) from ``in_features`` to one value.
 
     Args:
-        optimizer: a partial taking the parameters (``optimizer=adamw``); None only for a
-            module that is evaluated, never trained.
-        scheduler: a partial taking the optimizer (and ``total_steps``/``total_epochs`` for
-            whole-run schedules), or None.
+        optimizer, scheduler, scheduler_interval, monitor: as ``TaskSteps`` says.
         in_features: feature columns per row (the data module's ``num_features``).
         hidden_sizes: widths of the hidden layers; [] is linear regression.
         loss: of the standardized target: mse, l1 (the median: what MAE rewards) or huber.
         dropout: after each hidden layer.
-        scheduler_interval: epoch or step, for schedules that are not whole-run ones.
-        monitor: what ``scheduler=plateau`` watches.
     """
 
     def __init__(

@@ -80,16 +80,11 @@ class SegmentationModule(TaskSteps, L.LightningModule):
     ``<stage>/loss``, and for val and test ``<stage>/miou``, ``/dice`` and ``/pixel_acc``.
 
     Args:
-        optimizer: a partial taking the parameters (``optimizer=adamw``); None only for a
-            module that is evaluated, never trained.
-        scheduler: a partial taking the optimizer (and ``total_steps``/``total_epochs`` for
-            whole-run schedules), or None.
+        optimizer, scheduler, scheduler_interval, monitor: as ``TaskSteps`` says.
         in_channels: image channels (the data's ``input_shape[0]``).
         num_classes: classes per pixel, the background included (the data's class count).
         width: channels of the U-Net's first stage.
         depth: how many times it halves the resolution (H, W divisible by ``2**depth``).
-        scheduler_interval: epoch or step, for schedules that are not whole-run ones.
-        monitor: what ``scheduler=plateau`` watches.
         arch: None for ours (``width``, ``depth``), or a segmentation-models-pytorch
             architecture name (``Unet``, ``FPN``, ``DeepLabV3Plus``, ...; needs the
             ``experiments[segmentation]`` extra).

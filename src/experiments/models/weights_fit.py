@@ -128,16 +128,11 @@ def load_fitted(
             f"{summary or 'no tensor name matches'} (all names in the log)"
         )
     net.load_state_dict(fitted, strict=False)
-    log.info(
-        "%s: loaded %d tensors%s, %d new (%s), %d skipped%s",
-        label,
-        len(report["loaded"]) + len(report["adapted"]),
-        f" ({len(report['adapted'])} adapted to the input channels)" if report["adapted"] else "",
-        len(report["new"]),
-        _short(report["new"]),
-        len(report["skipped"]),
-        f" ({_short(report['skipped'])})" if report["skipped"] else "",
-    )
+    adapted = f" ({len(report['adapted'])} adapted to the input channels)"
+    log.info("%s: loaded %d tensors%s, %d new (%s), %d skipped%s", label,
+             len(report["loaded"]) + len(report["adapted"]), adapted if report["adapted"] else "",
+             len(report["new"]), _short(report["new"]), len(report["skipped"]),
+             f" ({_short(report['skipped'])})" if report["skipped"] else "")  # fmt: skip
 
 
 def _short(names: Sequence[str], n: int = 4) -> str:
