@@ -117,9 +117,7 @@ class ImageData(L.LightningDataModule):
         self.augment_batch: Callable | None = None
         self.stats: tuple[list[float], list[float]] | None = None
         self._mix: Callable | None = None
-        self.train_set: Dataset | None = None
-        self.val_set: Dataset | None = None
-        self.test_set: Dataset | None = None
+        self.train_set = self.val_set = self.test_set = None  # Datasets, made by setup
         self.class_names: list[str] = []
 
     # -- what a source says ---------------------------------------------------------------

@@ -149,12 +149,10 @@ class CsvImageDataset(Dataset):
             raise UserError(f"image folder not found: {self.image_dir} (set data.image_dir=<path>)")
         if image_mode not in IMAGE_MODES:
             raise UserError(f"image_mode={image_mode!r} is not valid; use one of {IMAGE_MODES}")
-        self.transform = transform
-        self.target_transform = target_transform
+        self.transform, self.target_transform = transform, target_transform
         self.image_mode = image_mode
         self.image_size = tuple(image_size) if image_size is not None else None
-        self.cache = cache
-        self.cache_samples = cache_samples
+        self.cache, self.cache_samples = cache, cache_samples
         self.cache_max_bytes = int(float(cache_max_mb) * 2**20)
         self._decoded: dict[int, Image.Image] = {}
         self._samples: dict[int, tuple[Any, Any]] = {}
@@ -165,10 +163,10 @@ class CsvImageDataset(Dataset):
         self._root = self.image_dir.resolve()
         self._inside_dirs: dict[str, bool] = {}
 
-        files, raw_labels, self.lines = read_index(self.csv_file)
+        files, labels, self.lines = read_index(self.csv_file)
         self.files = files
-        self._names = checked_names(self.csv_file, self.image_dir, files, raw_labels, self.lines)
-        self.classes, self.targets = encode_labels(self.csv_file, raw_labels, self.lines, classes)
+        self._names = checked_names(self.csv_file, self.image_dir, files, labels, self.lines)
+        self.classes, self.targets = encode_labels(self.csv_file, labels, self.lines, classes)
         if check_files:
             for i in range(len(files)):
                 path = self.path(i)
@@ -217,13 +215,12 @@ class CsvImageDataset(Dataset):
         return image
 
     def decoded_array(self, indices: Sequence[int]):
-        """Images ``indices`` decoded (not transformed) as one ``(N, C, H, W)`` tensor of
+        """Images ``indices`` decoded (not transformed) as one ``(N, H, W[, C])`` tensor of
         their pixel type, or None when their sizes differ: one pass to stack a split."""
         arrays = [np.asarray(self.load_image(i)) for i in indices]
         if not arrays or any(a.shape != arrays[0].shape for a in arrays):
             return None
-        x = torch.from_numpy(np.stack(arrays))
-        return x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+        return torch.from_numpy(np.stack(arrays))
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         sample = self._samples.get(index)

@@ -28,10 +28,7 @@ class EpochShuffleSampler(Sampler[int]):
     def __init__(
         self, num_samples: int, seed: int = 0, generator: torch.Generator | None = None
     ) -> None:
-        self.num_samples = num_samples
-        self.seed = seed
-        self.generator = generator
-        self.epoch = 0
+        self.num_samples, self.seed, self.generator = num_samples, seed, generator
         self._skip = 0
         self.set_epoch(0)
 

@@ -81,28 +81,22 @@ def _raw(split: Dataset):
     """``(uint8 images (N, C, H, W), targets, transform)`` of the samples of ``split`` before
     their transform, or None when its dataset offers no such array: a torchvision-style
     set (``.data``, ``.targets``) or one with ``decoded_array`` (CsvImageDataset)."""
-    base, index = (split.dataset, split.indices) if isinstance(split, Subset) else (split, None)
+    whole = not isinstance(split, Subset)
+    base, index = (split, range(len(split))) if whole else (split.dataset, split.indices)
     targets = getattr(base, "targets", None)
     if targets is None or getattr(base, "target_transform", None) is not None:
         return None
-    y = torch.as_tensor(targets)
+    pick = torch.as_tensor(list(index), dtype=torch.long)
     if hasattr(base, "decoded_array"):
-        index = list(range(len(base))) if index is None else list(index)
-        images = base.decoded_array(index)
-        y = y[torch.as_tensor(index, dtype=torch.long)]
+        images = base.decoded_array(pick.tolist())
     elif getattr(base, "data", None) is not None:
-        data = torch.as_tensor(base.data)
-        if data.ndim not in (3, 4):
-            return None
-        images = data.unsqueeze(1) if data.ndim == 3 else data.permute(0, 3, 1, 2)  # NCHW
-        if index is not None:
-            pick = torch.as_tensor(index, dtype=torch.long)
-            images, y = images[pick], y[pick]
+        images = torch.as_tensor(base.data)[pick]
     else:
         return None
-    if images is None or images.dtype != torch.uint8:
+    if images is None or images.ndim not in (3, 4) or images.dtype != torch.uint8:
         return None
-    return images, y, getattr(base, "transform", None)
+    images = images.unsqueeze(1) if images.ndim == 3 else images.permute(0, 3, 1, 2)  # NCHW
+    return images, torch.as_tensor(targets)[pick], getattr(base, "transform", None)
 
 
 def _whole(split: Dataset, shape: torch.Size, chunk: int = 4096):
