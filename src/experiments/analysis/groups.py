@@ -62,9 +62,7 @@ class Comparison:
     @property
     def best(self) -> Group | None:
         """The group that beats every other at 95%; None for a tie or one group."""
-        if self.verdict is None or self.verdict.winner is None:
-            return None
-        return self.groups[0]
+        return self.groups[0] if self.verdict and self.verdict.winner is not None else None
 
     @property
     def tied(self) -> list[str]:
