@@ -233,6 +233,10 @@ def test_the_cache_reads_again_only_what_changed(outputs):
     cache["entries"]["sweep_000/0"]["record"]["metrics"] = {"val/acc": "<b>x</b>"}
     (outputs / nb_index.INDEX_FILE).write_text(json.dumps(cache))
     assert nb_index.build(outputs).read == 1  # an entry of the wrong shape is read again
+    cache = json.loads((outputs / nb_index.INDEX_FILE).read_text())
+    cache["entries"]["sweep_000/0"]["record"]["config_id"] = [1]  # unhashable
+    (outputs / nb_index.INDEX_FILE).write_text(json.dumps(cache))
+    assert nb_index.build(outputs).read == 1
 
 
 def test_broken_folders_are_listed_with_their_reason(outputs, tmp_path):

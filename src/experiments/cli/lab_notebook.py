@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.analysis.groups import differing_keys
 from experiments.analysis.notebook import query
 from experiments.analysis.notebook.annotate import note, require_run, tag
 from experiments.analysis.notebook.index import build
 from experiments.analysis.notebook.query import FIRST, LAST, shown_value, valid_names
 from experiments.analysis.notebook.report import main_metrics, varying, write_report
-from experiments.analysis.readings import identity, printable
+from experiments.analysis.readings import printable
 from experiments.cli import FOLDER, parse, run
 from experiments.errors import UserError
 
@@ -78,7 +79,7 @@ def cell(value: Any, width: int = MAX_CELL, metric: bool = True) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         text = ""
     elif isinstance(value, float) and not metric:
-        text = _value(value)
+        text = shown_value(value)
     elif isinstance(value, float):
         text = f"{value:.4f}"
     elif isinstance(value, list):
@@ -151,10 +152,8 @@ def cmd_list(argv: list[str]) -> None:
 
 
 def _one_run(path: str) -> tuple[Any, dict]:
-    found = require_run(path)
-    index = build(found.path, cache=False)
-    record = index.records[0]
-    return index, record
+    index = build(require_run(path).path, cache=False)
+    return index, index.records[0]
 
 
 def cmd_show(argv: list[str]) -> None:
@@ -185,15 +184,11 @@ def cmd_show(argv: list[str]) -> None:
     if opts["config"] == "true":
         print("config (grouping keys; seeds and locations apart):")
         for key, value in sorted(config.get("config", {}).items()):
-            print(f"  {printable(key)} = {printable(_value(value))}")
+            print(f"  {printable(key)} = {printable(shown_value(value))}")
 
 
 def _timestamp(start: float | None):
     return None if start is None else datetime.datetime.fromtimestamp(start)
-
-
-def _value(value: Any) -> str:
-    return shown_value(value)
 
 
 def config_of(index, record) -> dict[str, Any]:
@@ -205,19 +200,11 @@ def config_of(index, record) -> dict[str, Any]:
 def diff_configs(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
     """``(key, value in a, value in b)`` for every key whose values differ (a key only one
     run has shows ``(absent)`` for the other)."""
-    out = []
-    for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key, _ABSENT), b.get(key, _ABSENT)
-        if va is _ABSENT or vb is _ABSENT or identity(va) != identity(vb):
-            out.append((key, _shown(va), _shown(vb)))
-    return out
+    return [(k, _shown(a, k), _shown(b, k)) for k in sorted(differing_keys([a, b]))]
 
 
-_ABSENT = object()
-
-
-def _shown(value: Any) -> str:
-    return "(absent)" if value is _ABSENT else printable(_value(value))
+def _shown(config: dict[str, Any], key: str) -> str:
+    return printable(shown_value(config[key])) if key in config else "(absent)"
 
 
 def cmd_diff(argv: list[str]) -> None:
