@@ -71,23 +71,14 @@ class StateDictCheckpoint(L.Callback):
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
         self.dirpath = Path(dirpath) if dirpath else None
-        self.monitor = monitor
-        self.mode = mode
-        self.save_last = save_last
+        self.monitor, self.mode, self.save_last = monitor, mode, save_last
         self.net_config = (
             OmegaConf.to_container(net_config, resolve=True)
             if OmegaConf.is_config(net_config)
             else net_config
         )
-        self.tie_break = tie_break
-        self.min_val_per_class = min_val_per_class
-        self.best_score: float | None = None
-        self.best_epoch: int | None = None
-        self.best_tie_value: float | None = None
-        self.best_warming_up = False
-        self.reason: str | None = None
-        self.warnings: list[str] = []
-        self._warned: set[str] = set()  # kinds of warning said (each once per run)
+        self.tie_break, self.min_val_per_class = tie_break, min_val_per_class
+        self.load_state_dict({})  # no best epoch yet, no warning said
 
     @property
     def best_path(self) -> Path | None:
@@ -228,7 +219,7 @@ class StateDictCheckpoint(L.Callback):
             setattr(self, key, state_dict.get(key))
         self.best_warming_up = bool(self.best_warming_up)
         self.warnings = list(state_dict.get("warnings") or [])
-        self._warned = set(state_dict.get("warned") or [])
+        self._warned = set(state_dict.get("warned") or [])  # kinds said (each once per run)
 
 
 def export_prefix(pl_module) -> str:

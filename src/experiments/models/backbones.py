@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -75,14 +76,15 @@ def backbone(
     return net
 
 
-def forward_one(net: nn.Module, shape) -> torch.Tensor:
-    """The output of one zero image of ``shape`` ``(C, H, W)``, in eval mode (BatchNorm on
-    one image in train mode refuses a 1x1 map), the net's mode restored after."""
+@contextmanager
+def evaluating(net: nn.Module):
+    """``net`` in eval mode (BatchNorm on one image in train mode refuses a 1x1 map) and
+    without gradients; its mode restored after."""
     training = net.training
     net.eval()
     try:
         with torch.no_grad():
-            return net(torch.zeros(1, *shape, device=next(net.parameters()).device))
+            yield net
     finally:
         net.train(training)
 
@@ -91,7 +93,8 @@ def _check_input_size(net: nn.Module, name: str, in_shape) -> None:
     """One forward of an empty image: a net that downsamples more than the input allows
     (ConvNeXt on 8x8 digits) fails here in one line, not in the first training step."""
     try:
-        forward_one(net, in_shape)
+        with evaluating(net):
+            net(torch.zeros(1, *in_shape))
     except RuntimeError as err:
         size = "x".join(str(int(d)) for d in in_shape[1:])
         raise UserError(

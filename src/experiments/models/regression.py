@@ -21,6 +21,7 @@ from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, 
 
 from experiments.config.hints import Ge, Le
 from experiments.errors import UserError
+from experiments.models.backbones import evaluating
 from experiments.models.schedules import TaskSteps
 
 LOSSES = {"mse": F.mse_loss, "l1": F.l1_loss, "huber": F.smooth_l1_loss}
@@ -121,7 +122,6 @@ class RegressionModule(TaskSteps, L.LightningModule):
     def to_original(self, standardized: torch.Tensor) -> torch.Tensor:
         return standardized * self.target_std + self.target_mean
 
-    @torch.no_grad()
     def predict_rows(self, features) -> torch.Tensor:
         """Predictions in the target's original units, one per row.
 
@@ -139,12 +139,8 @@ class RegressionModule(TaskSteps, L.LightningModule):
             raise UserError(
                 f"predict: expected rows of {self.in_features} features, got shape {tuple(x.shape)}"
             )
-        was_training = self.training
-        self.eval()
-        try:
+        with evaluating(self):
             return self.to_original(self(x)).float().cpu()
-        finally:
-            self.train(was_training)
 
     def _shared_step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch  # (B, F), (B,)

@@ -18,7 +18,7 @@ from torchmetrics.segmentation import DiceScore, MeanIoU
 
 from experiments.config.hints import Ge
 from experiments.errors import UserError, one_line
-from experiments.models.backbones import forward_one
+from experiments.models.backbones import evaluating
 from experiments.models.schedules import TaskSteps
 from experiments.models.unet import UNet
 
@@ -180,7 +180,8 @@ def check_shape(shape: tuple, in_channels: int, depth: int, net: nn.Module) -> N
             )
         return
     try:
-        out = forward_one(net, (c, h, w))
+        with evaluating(net):
+            out = net(torch.zeros(1, c, h, w, device=next(net.parameters()).device))
     except (RuntimeError, ValueError) as e:
         raise UserError(
             f"images of {h}x{w} do not fit this net ({one_line(e)}): set data.image_size "

@@ -113,12 +113,8 @@ def load_fitted(
     missing = [k for k in own if k not in state and k not in report["new"]]
     unexpected = [k for k in state if k not in own and not under(k, new_ok)]
     report["skipped"] = sorted(report["skipped"] + [k for k in state if k not in own])
-    problems = [
-        (f"{len(missing)} missing", missing),
-        (f"{len(unexpected)} unexpected", unexpected),
-        (f"{len(wrong)} of the wrong shape", wrong),
-    ]
-    problems = [(head, names) for head, names in problems if names]
+    kinds = {"missing": missing, "unexpected": unexpected, "of the wrong shape": wrong}
+    problems = [(f"{len(names)} {kind}", names) for kind, names in kinds.items() if names]
     if (strict and problems) or not fitted:
         for head, names in problems:
             log.error("%s: %s tensors: %s", label, head, ", ".join(names))
