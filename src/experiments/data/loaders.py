@@ -1,4 +1,5 @@
-"""The train DataLoader whose position in the epoch is state that Lightning checkpoints."""
+"""The loaders: the train loader whose position in the epoch is state that Lightning
+checkpoints, the tensor store's loader, and the loaders of the data modules held in memory."""
 
 from __future__ import annotations
 
@@ -103,12 +104,9 @@ class StoreLoader(_Resumable):
         pin_memory: bool = False,
         position: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
-        self.dataset = store
-        self.batch_size = int(batch_size)
-        self.sampler = sampler
-        self.rank, self.world_size = int(rank), int(world_size)
+        self.dataset, self.sampler, self.position = store, sampler, position
+        self.batch_size, self.rank, self.world_size = int(batch_size), int(rank), int(world_size)
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
-        self.position = position
         self._skip = 0
 
     def _count(self) -> int:  # samples this process sees in an epoch
