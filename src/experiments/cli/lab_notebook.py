@@ -3,10 +3,10 @@ command line; the index, queries, notes and report are ``analysis.notebook``'s."
 
 from __future__ import annotations
 
-import datetime
 import difflib
 import math
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,30 +107,20 @@ def table(df, columns: list[str]) -> str:
 def default_columns(df) -> list[str]:
     """name, status, tags, start, duration, the runs' main metrics, the choices and config
     keys that differ between the runs listed, note, reason."""
-    choices = [c for c in df.columns if c in _choice_columns(df)]
+    skip = {*FIRST, *LAST, "epochs", "params", "wall_time_s"}
+    choices = [c for c in df.columns if "/" not in c and "." not in c and c not in skip]
     keys = varying(df, [c for c in df.columns if "." in c] + ["seed"] + choices)[:8]
     cols = ["name", "status", "tags", "start", "duration_s", *main_metrics(df)[:4], *keys]
     cols += [c for c in ("note", "reason") if df[c].astype(bool).any()]
     return list(dict.fromkeys(cols))
 
 
-def _choice_columns(df) -> set[str]:
-    return {c for c in df.columns if "/" not in c and "." not in c and c not in FIRST + LAST} - {
-        "epochs",
-        "params",
-        "wall_time_s",
-    }
-
-
 def cmd_list(argv: list[str]) -> None:
-
-    positional, opts = _split(
-        argv, {"where": "", "sort": "", "order": "", "limit": "50", "columns": ""}
-    )
+    own = {"where": "", "sort": "", "order": "", "limit": "50", "columns": ""}
+    positional, opts = _split(argv, own)
     limit, ascending = _limit(opts["limit"]), _order(opts["order"])
-    tree = (
-        query.parse(opts["where"]) if opts["where"] else None
-    )  # a typo: before any folder is read
+    # a typo in where= answers before any folder is read
+    tree = query.parse(opts["where"]) if opts["where"] else None
     index = build(_root(positional))
     df = query.frame(index)
     if tree is not None:
@@ -168,7 +158,7 @@ def cmd_show(argv: list[str]) -> None:
         ("kind", r["kind"]),
         ("tags", ", ".join(r["tags"])),
         ("note", r["note"]),
-        ("start", cell(_timestamp(r["start"]))),
+        ("start", cell(None if r["start"] is None else datetime.fromtimestamp(r["start"]))),
         ("duration_s", cell(r["duration_s"])),
         ("selected epoch", cell(r["epoch"])),
         ("overrides", " ".join(r["overrides"])),
@@ -187,23 +177,14 @@ def cmd_show(argv: list[str]) -> None:
             print(f"  {printable(key)} = {printable(shown_value(value))}")
 
 
-def _timestamp(start: float | None):
-    return None if start is None else datetime.datetime.fromtimestamp(start)
-
-
 def config_of(index, record) -> dict[str, Any]:
     """A run's config for a diff: the grouping config plus its replicate keys (seeds)."""
     found = index.config(record)
     return {**found.get("config", {}), **found.get("replicates", {})}
 
 
-def diff_configs(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """``(key, value in a, value in b)`` for every key whose values differ (a key only one
-    run has shows ``(absent)`` for the other)."""
-    return [(k, _shown(a, k), _shown(b, k)) for k in sorted(differing_keys([a, b]))]
-
-
 def _shown(config: dict[str, Any], key: str) -> str:
+    """A config value as a diff shows it; ``(absent)`` for a key only the other run has."""
     return printable(shown_value(config[key])) if key in config else "(absent)"
 
 
@@ -211,26 +192,24 @@ def cmd_diff(argv: list[str]) -> None:
     positional, _ = _split(argv, {})
     if len(positional) != 2:
         raise UserError("diff takes two run folders: diff RUN_A RUN_B")
-    (ia, ra), (ib, rb) = _one_run(positional[0]), _one_run(positional[1])
-    for which, r in (("A", ra), ("B", rb)):
+    runs = [_one_run(p) for p in positional]
+    for path, (_, r) in zip(positional, runs, strict=True):
         if r["config_id"] is None:
-            raise UserError(
-                f"{positional['AB'.index(which)]}: its config cannot be read ({r['reason']})"
-            )
-    rows = diff_configs(config_of(ia, ra), config_of(ib, rb))
+            raise UserError(f"{path}: its config cannot be read ({r['reason']})")
+    (ia, ra), (ib, rb) = runs
+    a, b = config_of(ia, ra), config_of(ib, rb)
+    keys = sorted(differing_keys([a, b]))
     print(f"A: {printable(positional[0])}\nB: {printable(positional[1])}")
-    if not rows:
-        print("the configs are the same (seeds and locations included)")
-    width = max([len("key"), *(len(k) for k, _, _ in rows)])
-    if rows:
+    width = max([len("key"), *(len(k) for k in keys)])
+    if keys:
         print(f"{'key':{width}}  A -> B")
-    for key, va, vb in rows:
-        print(f"{printable(key):{width}}  {va} -> {vb}")
-    metrics = [
-        m for m in ("val/acc", "test/acc", "val/loss") if m in ra["metrics"] or m in rb["metrics"]
-    ]
-    for m in metrics:
-        print(f"{m:{width}}  {cell(ra['metrics'].get(m))} -> {cell(rb['metrics'].get(m))}")
+    else:
+        print("the configs are the same (seeds and locations included)")
+    for key in keys:
+        print(f"{printable(key):{width}}  {_shown(a, key)} -> {_shown(b, key)}")
+    for m in ("val/acc", "test/acc", "val/loss"):
+        if m in ra["metrics"] or m in rb["metrics"]:
+            print(f"{m:{width}}  {cell(ra['metrics'].get(m))} -> {cell(rb['metrics'].get(m))}")
 
 
 def cmd_tag(argv: list[str]) -> None:
