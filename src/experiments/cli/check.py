@@ -27,7 +27,6 @@ from experiments.config.slurm import check_slurm_launcher, check_task_layout
 from experiments.config.sweep_settings import check_settings
 from experiments.console import process_rank
 from experiments.errors import UserError, one_line
-from experiments.recorded import CONF_DIR
 from experiments.recorded.replay import check_resumed
 from experiments.runs.files import check_writable
 from experiments.runs.resume import resume_overrides, resume_target
@@ -36,22 +35,9 @@ from experiments.secrets import check_args
 
 # flags after which Hydra does something other than run the task: leave those to Hydra
 PASS_THROUGH = {
-    "-h",
-    "--help",
-    "--hydra-help",
-    "--info",
-    "-i",
-    "--shell-completion",
-    "-sc",
-    "--version",
-    "--experimental-rerun",
-    "-cp",
-    "--config-path",
-    "-cn",
-    "--config-name",
-    "-cd",
-    "--config-dir",
-}
+    "-h", "--help", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version",
+    "--experimental-rerun", "-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir",
+}  # fmt: skip
 WITH_VALUE = {"--cfg", "-c", "--package", "-p"}
 MULTIRUN = {"-m", "--multirun"}
 
@@ -118,14 +104,14 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     probe = [p for p in probe if p is not None]
     composer = Composer(conf_dir, config_name)
     try:
-        full = compose_or_fail(composer, probe, conf_dir)
+        full = compose_or_fail(composer, probe)
     except UserError:
         if not any(p.startswith("resume=") for p in probe):
             raise
         # a key the resumed run added (+key=...) exists only with the run's own overrides:
         # find the run first, then check everything composed with them (below)
         where = ("resume=", "paths.", "task_name=")
-        full = compose_or_fail(composer, [p for p in probe if p.startswith(where)], conf_dir)
+        full = compose_or_fail(composer, [p for p in probe if p.startswith(where)])
     cfg = task_view(full)
     resume = resume_target(cfg, multirun)
     if resume:
@@ -137,9 +123,9 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         check_resumed(argv)
         check_args(argv, "in the resumed run's overrides")  # read from a file we were handed
         overrides = [a for a in argv if a not in flags]
-        full = compose_or_fail(composer, overrides, conf_dir)
+        full = compose_or_fail(composer, overrides)
         cfg = task_view(full)
-    check_option_keys(composer, full, overrides, conf_dir)
+    check_option_keys(composer, full, overrides)
     _check_data_dir(cfg)
     check_task_layout()
     hydra_keys = ("hydra/launcher=", "hydra.launcher.", "hparams_search=", "hydra.sweeper.")
@@ -234,9 +220,7 @@ def check_sweeper(cfg: DictConfig) -> None:
     check_settings(OmegaConf.to_container(cfg.hydra.sweeper, resolve=True))
 
 
-def compose_or_fail(
-    composer: Composer, overrides: list[str], conf_dir: str | Path = CONF_DIR
-) -> DictConfig:
+def compose_or_fail(composer: Composer, overrides: list[str]) -> DictConfig:
     """The whole config (``hydra`` node included); a composition error as one line."""
     try:
         return composer.compose(overrides)
@@ -252,7 +236,7 @@ def compose_or_fail(
             valid = f"; available: {', '.join(options)}" if options else ""
             message = f"{group}={option} is not an option of '{group}'{valid}"
         elif unknown:
-            message = _unknown_key(composer, overrides, unknown.group(1), conf_dir)
+            message = _unknown_key(composer, overrides, unknown.group(1))
         else:
             message = one_line(err)
         raise UserError(message) from None
@@ -260,9 +244,7 @@ def compose_or_fail(
         raise UserError(one_line(err)) from None
 
 
-def check_option_keys(
-    composer: Composer, full: DictConfig, overrides: list[str], conf_dir: str
-) -> None:
+def check_option_keys(composer: Composer, full: DictConfig, overrides: list[str]) -> None:
     """Refuse a key added on the command line (``+data.csv_file=...``) that the chosen option
     of its config group does not use but another option has: ``data=digits`` trains on the
     bundled digits whatever ``data.csv_file`` says, so the run would silently ignore the CSV.
@@ -274,12 +256,12 @@ def check_option_keys(
         if not override.startswith("+"):
             continue
         key = override.lstrip("+").partition("=")[0]
-        found = _owners(composer, full, conf_dir, key)
+        found = _owners(composer, full, key)
         if found is not None and found[2]:
             raise UserError(_belongs(key, *found))
 
 
-def _unknown_key(composer: Composer, overrides: list[str], key: str, conf_dir: str | Path) -> str:
+def _unknown_key(composer: Composer, overrides: list[str], key: str) -> str:
     """``unknown key`` with a hint from the config composed without that override: for
     ``data.csv_file=...`` while ``data=digits`` is chosen, the option that has the key (not
     ``+data.csv_file=``, which would add a key the option ignores); else the closest key."""
@@ -287,7 +269,7 @@ def _unknown_key(composer: Composer, overrides: list[str], key: str, conf_dir: s
     rest = [o for o in overrides if not o.lstrip("+~").startswith(f"{key}=")]
     try:
         others = composer.compose(rest)
-        found = _owners(composer, others, conf_dir, key)
+        found = _owners(composer, others, key)
         if found is None:
             return message + _did_you_mean(others, key)
     except Exception:  # another mistake: the first one is reported alone
@@ -309,7 +291,7 @@ def _belongs(key: str, group: str, chosen: str, ignored: bool, owners: list[str]
 
 
 def _owners(
-    composer: Composer, full: DictConfig, conf_dir: str | Path, key: str
+    composer: Composer, full: DictConfig, key: str
 ) -> tuple[str, str, bool, list[str]] | None:
     """For ``group.name...`` that the chosen option of ``group`` lacks: the group, the chosen
     option, whether that option would ignore the key, and the other options that have it;
@@ -324,7 +306,7 @@ def _owners(
     group, _, rest = key.partition(".")
     if not rest or group == "hydra":
         return None
-    folder = Path(conf_dir) / group
+    folder = composer.conf_dir / group
     if not folder.is_dir():
         return None
     choices = OmegaConf.select(full, "hydra.runtime.choices", default=None) or {}
@@ -333,7 +315,7 @@ def _owners(
     if not isinstance(chosen, str) or chosen not in options or len(options) < 2:
         return None
     name = rest.split(".")[0]
-    if not _written_anywhere(Path(conf_dir), name):
+    if not _written_anywhere(composer.conf_dir, name):
         return None  # a typo: no option sets it, so none is composed (~0.1 s each)
     # the chosen option as its file composes (``full`` holds the added key already)
     node = _option_node(composer, group, chosen)

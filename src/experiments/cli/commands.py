@@ -212,25 +212,20 @@ class Command:
 TTA = ("none", "flip", "flip_translate")
 
 
-def _check_tta(options: dict) -> None:
+def _predict_options(options: dict) -> dict:
+    """predict's (and eval's) tta one of ``TTA``."""
     if options["tta"] not in TTA:
         raise UserError(f"tta={options['tta']!r} is not valid; use one of {', '.join(TTA)}")
+    return options
 
 
 def _evaluate_options(options: dict) -> dict:
     """eval's posthoc_tau a float, None when not given; tta one of ``TTA``."""
-    tau = options["posthoc_tau"]
-    _check_tta(options)
+    tau = _predict_options(options)["posthoc_tau"]
     try:
         return {**options, "posthoc_tau": float(tau) if tau else None}
     except ValueError:
         raise UserError(f"posthoc_tau={tau!r} is not a number (1.0 is Menon et al.'s)") from None
-
-
-def _predict_options(options: dict) -> dict:
-    """predict's tta one of ``TTA``."""
-    _check_tta(options)
-    return options
 
 
 def _export_options(options: dict) -> dict:

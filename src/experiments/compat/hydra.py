@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hydra._internal.callbacks import Callbacks
@@ -32,7 +33,7 @@ class Composer:
 
     def __init__(self, conf_dir: str, config_name: str) -> None:
         setbase("1.3")
-        self.config_name = config_name
+        self.conf_dir, self.config_name = Path(conf_dir), config_name
         search_path = create_config_search_path(conf_dir)  # what @hydra.main builds
         GlobalHydra.instance().clear()
         self.hydra = Hydra.create_main_hydra2(task_name=config_name, config_search_path=search_path)
