@@ -107,15 +107,11 @@ def _calibration(run: SavedRun, metrics: dict, posthoc_tau: float | None) -> int
         )
     reliability_diagram(run.layout.reliability_png, {k: (p, labels) for k, p in probs.items()})
     if posthoc_tau is not None:
-        metrics.update(_posthoc(run, logits, labels, posthoc_tau))
+        k = run.datamodule.num_classes
+        prior = torch.tensor(class_prior(run.datamodule.train_targets("posthoc_tau"), k))
+        adjusted = logits - posthoc_tau * prior.clamp_min(1e-12).log().float()
+        metrics.update(_scores("test/posthoc", adjusted.argmax(dim=1), labels, k))
     return int(labels.numel())
-
-
-def _posthoc(run: SavedRun, logits, labels, tau: float) -> dict[str, float]:
-    k = run.datamodule.num_classes
-    prior = torch.tensor(class_prior(run.datamodule.train_targets("posthoc_tau"), k))
-    adjusted = logits - tau * prior.clamp_min(1e-12).log().float()
-    return _scores("test/posthoc", adjusted.argmax(dim=1), labels, k)
 
 
 def _scores(prefix: str, predicted, labels, k: int) -> dict[str, float]:

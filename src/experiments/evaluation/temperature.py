@@ -54,10 +54,7 @@ def calibrate(run_dir, ckpt: str = "best", overrides=()) -> dict:
         "ckpt_epoch": run.ckpt_epoch,
         "bins": BINS,
     }
-    curves = {}
-    for split in ("val", "test"):
-        if split == "test" and not run.has_split("test"):
-            continue
+    for split in ("val", "test") if run.has_split("test") else ("val",):
         if split == "test":
             logits, labels = run.logits("test")
         before, after = logits.softmax(dim=1), (logits / t).softmax(dim=1)

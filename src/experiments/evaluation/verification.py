@@ -32,6 +32,12 @@ from experiments.runs.manifest import check_tree
 from experiments.runs.provenance import start_git_probe
 
 VOLATILE = ("wall_time_s", "run_dir", "seed", "epochs", "global_step")  # not results
+# what env.json must hold for verify to read it: key -> the types its value may have
+ENV_TYPES = {
+    "hostname": (str, type(None)),
+    "git_commit": (str, type(None)),
+    "git_dirty": (bool, type(None)),
+}
 TOLERANCE = 1e-5  # relative, when another machine runs it
 MAX_CSV_BYTES = 256 * 1024 * 1024  # a long run's csv/metrics.csv: a row per logged step
 
@@ -55,7 +61,12 @@ def verify(run_dir: str | Path, steps: int | None = None) -> dict:
             f"{layout.path}: no saved command to verify ({ENV} and {HYDRA}/{SAVED_OVERRIDES} "
             f"are written when python -m experiments.train starts a run)"
         )
-    _check_env(env, layout.env)
+    for key, types in ENV_TYPES.items():  # what verify reads of it
+        if not isinstance(env.get(key), types):
+            raise UserError(
+                f"{layout.env}: {key} is a {type(env.get(key)).__name__}, not what a run "
+                f"writes there; restore the file"
+            )
     overrides = read_overrides(layout.saved_overrides)  # refused entries: before anything runs
     if env.get("git_dirty") and not layout.git_diff.is_file():
         raise UserError(
@@ -108,23 +119,6 @@ def verify(run_dir: str | Path, steps: int | None = None) -> dict:
                 )
     return {"match": not differences, "exact": exact, "compared": compared,
             "differences": differences, "notes": notes}  # fmt: skip
-
-
-# what env.json must hold for verify to read it: key -> the types its value may have
-ENV_TYPES = {
-    "hostname": (str, type(None)),
-    "git_commit": (str, type(None)),
-    "git_dirty": (bool, type(None)),
-}
-
-
-def _check_env(env: dict, path: Path) -> None:
-    for key, types in ENV_TYPES.items():
-        if not isinstance(env.get(key), types):
-            raise UserError(
-                f"{path}: {key} is a {type(env.get(key)).__name__}, not what a run writes "
-                f"there; restore the file"
-            )
 
 
 def _metric_keys(metrics: dict) -> list[str]:

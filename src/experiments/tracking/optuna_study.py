@@ -28,6 +28,11 @@ from experiments.errors import UserError, one_line
 
 log = logging.getLogger(__name__)
 
+# what opening a storage that is not a study raises: the database driver's errors (a file
+# that is not SQLite, tables of another program), Optuna's own schema-version check
+# (RuntimeError), a journal line that is not JSON (ValueError)
+STORAGE_ERRORS = (sqlite3.Error, SQLAlchemyError, RuntimeError, ValueError, OSError)
+
 
 def storage_for(spec: str | None, sweep_dir: Path):
     """The study's storage from ``hydra.sweeper.storage``.
@@ -81,7 +86,7 @@ def open_study(settings: Mapping[str, Any], sweep_dir: Path, name: str, create: 
         storage = storage_for(settings.get("storage"), sweep_dir)
         return _open(settings, storage, name, create)
     except Exception as err:
-        if isinstance(err, UserError | KeyError) or not _storage_error(err):
+        if isinstance(err, UserError | KeyError) or not isinstance(err, STORAGE_ERRORS):
             raise  # KeyError: load_study of a study that is not there, Optuna's own message
         where = _storage_name(settings.get("storage"), sweep_dir)
         raise UserError(
@@ -112,14 +117,6 @@ def _open(settings: Mapping[str, Any], storage, name: str, create: bool):
         directions=directions,
         load_if_exists=True,
     )
-
-
-def _storage_error(err: BaseException) -> bool:
-    """Whether ``err`` is what opening a storage that is not a study raises: the database
-    driver's errors (a file that is not SQLite, tables of another program), Optuna's own
-    schema-version check (RuntimeError), a journal line that is not JSON (ValueError)."""
-    kinds = (sqlite3.Error, SQLAlchemyError, RuntimeError, ValueError, OSError)
-    return isinstance(err, kinds)
 
 
 def _storage_name(spec: str | None, sweep_dir: Path) -> str:

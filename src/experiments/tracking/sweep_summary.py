@@ -129,11 +129,13 @@ def failed_line(failed: list[dict], total: int, sweep_dir: Path) -> str:
 
 def _write_job(hydra_cfg, overrides, status: str, error, value, wall_time_s) -> None:
     """The job's ``job.json``: what the summary is rebuilt from."""
+    # the Optuna trial this job ran, when our Optuna sweeper launched it
+    trial = (hydra_cfg.job.get("env_set") or {}).get(TRIAL_ENV)
     write_json(
         SweepDir.job_file(hydra_cfg.runtime.output_dir),
         {
             "num": hydra_cfg.job.num,
-            "trial": _trial_number(hydra_cfg),
+            "trial": int(trial) if trial is not None else None,
             "overrides": list(overrides),
             "status": status,
             "error": error,
@@ -198,12 +200,6 @@ def stopped_by_a_rule(config: DictConfig) -> bool:
     return True
 
 
-def _trial_number(hydra_cfg) -> int | None:
-    """The Optuna trial this job ran, when our Optuna sweeper launched it."""
-    number = (hydra_cfg.job.get("env_set") or {}).get(TRIAL_ENV)
-    return int(number) if number is not None else None
-
-
 def _one_line(err: Any) -> str:
     if isinstance(err, BaseException):
         err = find_user_error(err) or err
@@ -232,10 +228,11 @@ def collect(sweep_dir: Path, metric: str, results: dict | None = None) -> list[d
 
 def _blank_row(job_file: Path, metric: str) -> dict[str, Any]:
     """The columns of a row, in order, as a job whose files could not be read has them."""
+    name = job_file.parent.name
     return {
-        "job": _job_num(job_file), "overrides": "", metric: None, "epoch": "",
+        "job": int(name) if name.isdigit() else name, "overrides": "", metric: None, "epoch": "",
         **dict.fromkeys(test_keys(metric)), "wall_time_s": None, TIME_TO_TARGET: None,
-        "status": "broken", "error": "", "remedies": "", "tags": "", "dir": job_file.parent.name,
+        "status": "broken", "error": "", "remedies": "", "tags": "", "dir": name,
     }  # fmt: skip
 
 
@@ -298,11 +295,6 @@ def chosen_value(job_dir: Path, metric: str, metrics: dict) -> tuple[Any, str]:
     if _number(value) is None:
         return None, ""
     return value, f"{epochs}{of}, last" if of else "last"
-
-
-def _job_num(job_file: Path) -> int | str:
-    name = job_file.parent.name
-    return int(name) if name.isdigit() else name
 
 
 def _number(value: Any) -> float | int | None:

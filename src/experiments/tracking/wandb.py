@@ -33,13 +33,6 @@ def has_wandb_key() -> bool:
         return False
 
 
-def drop_empty_wandb_env() -> None:
-    """``WANDB_MODE=`` (set but empty, common in CI templates) counts as unset: wandb itself
-    would refuse the empty value with a validation traceback."""
-    for name in [k for k, v in os.environ.items() if k.startswith("WANDB_") and not v.strip()]:
-        del os.environ[name]
-
-
 def resolve_mode(mode: str) -> str:
     """``auto`` -> ``WANDB_MODE`` if set, else online with a key, else offline (with a notice)."""
     if mode not in MODES:
@@ -80,7 +73,10 @@ def wandb_logger(
         log_checkpoints: upload the best/last weights (+ sidecars) as a model artifact at the end.
         run_id: continue this W&B run (set by ``resume=``).
     """
-    drop_empty_wandb_env()
+    # WANDB_MODE= (set but empty, common in CI templates) counts as unset: wandb itself
+    # would refuse the empty value with a validation traceback
+    for key in [k for k, v in os.environ.items() if k.startswith("WANDB_") and not v.strip()]:
+        del os.environ[key]
     import wandb  # lazy: every run imports this module (finish_loggers); only W&B runs pay
 
     mode = resolve_mode(mode)
@@ -135,11 +131,10 @@ def finish_loggers(
     for logger in loggers:
         if summary and not failed:
             _record_summary(logger, summary)
-        upload = getattr(logger, "upload_checkpoints", None)
-        wanted = upload is not None and getattr(logger, "log_checkpoints", False)
-        if wanted and not failed and checkpoint_dir:
+        upload = getattr(logger, "log_checkpoints", False) and not failed and checkpoint_dir
+        if upload and hasattr(logger, "upload_checkpoints"):
             try:
-                upload(Path(checkpoint_dir))
+                logger.upload_checkpoints(Path(checkpoint_dir))
             except Exception as err:  # the job succeeded: a failed upload only warns
                 log.warning("could not upload checkpoints to %s: %s", type(logger).__name__, err)
         try:
@@ -150,7 +145,7 @@ def finish_loggers(
         run = opened_experiment(logger)
         if run is None or not hasattr(run, "finish"):
             continue
-        if getattr(logger, "log_checkpoints", False) and not failed and checkpoint_dir:
+        if upload:
             _upload_checkpoints(run, checkpoint_dir)
         run.finish(exit_code=1 if failed else 0)
         close_experiment(logger)
@@ -166,17 +161,12 @@ def _record_summary(logger, summary: Mapping[str, float]) -> None:
         run = opened_experiment(logger)
         if run is not None and hasattr(run, "summary") and hasattr(run.summary, "update"):
             run.summary.update(dict(summary))  # W&B: overrides the last-value default
-            for name in _only_last(summary):
-                if name in run.summary.keys():  # its last value stays, as <name>_last
+            # a name known only at the last epoch: its value stays, as <name>_last only
+            for name in [k.removesuffix("_last") for k in summary if k.endswith("_last")]:
+                if name not in summary and name in run.summary.keys():
                     del run.summary[name]
     except Exception as err:
         log.warning("could not record the run summary in %s: %s", type(logger).__name__, err)
-
-
-def _only_last(summary: Mapping[str, float]) -> list[str]:
-    """Names the summary knows only at the last epoch (``<name>_last`` without ``<name>``)."""
-    return [k[: -len("_last")] for k in summary
-            if k.endswith("_last") and k[: -len("_last")] not in summary]  # fmt: skip
 
 
 def _upload_checkpoints(run, checkpoint_dir: Path) -> None:

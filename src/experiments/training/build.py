@@ -69,12 +69,11 @@ def optimizer_partials(cfg: DictConfig) -> dict:
     """``optimizer`` and ``scheduler`` (partials, or None) for the arguments of that name a
     module of your own takes; nothing for one that configures its own."""
     takes = inspect.signature(get_object(str(cfg.model._target_))).parameters
-    given = {}
-    if "optimizer" in takes:
-        given["optimizer"] = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
-    if "scheduler" in takes:
-        given["scheduler"] = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
-    return given
+    return {
+        key: instantiate(cfg[key]) if cfg.get(key) else None
+        for key in ("optimizer", "scheduler")
+        if key in takes
+    }
 
 
 def model_extras(model_cfg, datamodule) -> dict:
@@ -144,10 +143,9 @@ def callbacks(cfg: DictConfig, with_logger: bool) -> list:
     ]
     built = [c for c in built if not (isinstance(c, WeightAveraging) and c.kind == "none")]
     built += _ema_of_the_model(cfg, built)
-    if not with_logger:
-        if any(isinstance(c, LearningRateMonitor) for c in built):
-            log.info("no logger configured: leaving out the LR monitor, which needs one")
-            built = [c for c in built if not isinstance(c, LearningRateMonitor)]
+    if not with_logger and any(isinstance(c, LearningRateMonitor) for c in built):
+        log.info("no logger configured: leaving out the LR monitor, which needs one")
+        built = [c for c in built if not isinstance(c, LearningRateMonitor)]
     return built
 
 

@@ -23,6 +23,7 @@ from experiments.errors import UserError
 from experiments.runs.files import atomic_write, read_json, write_json
 from experiments.runs.layout import RunDir
 from experiments.runs.manifest import write_manifest
+from experiments.tracking.sweep_summary import markdown_table
 
 log = logging.getLogger(__name__)
 
@@ -79,22 +80,12 @@ def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
         "folds": per_fold,
     }
     write_json(RunDir(run_dir).metrics, summary)
-    shown = [k for k in (metric, "val/acc", "val/loss", "test/acc", "test/loss") if k in stats]
-    shown = list(dict.fromkeys(shown))
-    lines = [
-        f"# {len(per_fold)}-fold cross-validation\n",
-        "| fold | " + " | ".join(shown) + " |",
-        "|---|" + "---|" * len(shown),
-    ]
-    lines += [
-        f"| {i} | " + " | ".join(f"{f[k]:.4f}" for k in shown) + " |"
-        for i, f in enumerate(per_fold)
-    ]
-    lines.append(
-        "| mean ± std | " + " | ".join(f"{stats[k].mean:.4f} ± {stats[k].std or 0:.4f}"
-                                      for k in shown) + " |"
-    )  # fmt: skip
-    text = "\n".join(lines) + "\n"
+    shown = [k for k in dict.fromkeys((metric, "val/acc", "val/loss", "test/acc", "test/loss"))
+             if k in stats]  # fmt: skip
+    rows = [[i, *(float(f[k]) for k in shown)] for i, f in enumerate(per_fold)]
+    rows.append(["mean ± std", *(f"{stats[k].mean:.4f} ± {stats[k].std or 0:.4f}" for k in shown)])
+    table = markdown_table(["fold", *shown], rows)
+    text = "\n".join([f"# {len(per_fold)}-fold cross-validation\n", *table]) + "\n"
     atomic_write(RunDir(run_dir).cv_report, lambda f: f.write(text.encode()))
     write_manifest(run_dir)  # last: the folds keep their own manifests
     if metric in stats:

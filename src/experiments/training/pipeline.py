@@ -201,7 +201,6 @@ def shown_keys(stage: str, monitor: str) -> list[str]:
 def chosen_epoch(run_dir: Path, monitor: str, callbacks) -> ChosenEpoch:
     """The epoch ``best.pt`` holds, read from its sidecar (under ddp_fork the checkpoint
     callback lived in a child process); a corrupt sidecar is a warning and no choice."""
-
     path = RunDir(run_dir).best_json
     try:
         best = read_sidecar(path) if path.is_file() else {}
@@ -239,7 +238,6 @@ def _loss_record(cfg: DictConfig, model, metrics: dict[str, float]) -> dict[str,
     """The loss trained with; when ``model.loss=auto`` chose the logit-adjusted loss, the
     trade it makes, with this run's test numbers, said once more at the end (and kept in
     ``metrics.json``'s ``loss_note`` for the model card)."""
-
     name = model.hparams.get("loss")  # what ran: build resolves auto
     if not isinstance(name, str):
         return {}
@@ -264,9 +262,9 @@ def _batches(datamodule) -> int | None:
 def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_from):
     """Fit, then test ``best.pt``'s weights; loggers are closed however this ends (with the
     chosen epoch's values in their summaries). Returns the metrics and that epoch."""
-
     guard = next((c for c in callbacks if isinstance(c, FaultTolerance)), None)
     checkpoints = next((c for c in callbacks if isinstance(c, StateDictCheckpoint)), None)
+    layout = RunDir(cfg.paths.output_dir)
     try:
         for logger in loggers:
             logger.log_hyperparams(redacted_config(cfg))
@@ -280,23 +278,21 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
             if trainer.is_global_zero:
                 # a SLURM pre-emption's hpc_ckpt_N.ckpt is stale once fit is done, and under
                 # SLURM Lightning's test() would restore it over best.pt's weights
-                for stale in RunDir(cfg.paths.output_dir).hpc_checkpoints():
+                for stale in layout.hpc_checkpoints():
                     stale.unlink(missing_ok=True)
             metrics = _scalars(trainer.callback_metrics)
             if cfg.get("test") and not _pruned(callbacks):  # a pruned trial is a loser
                 metrics.update(_test(cfg, trainer, model, datamodule, checkpoints, loggers))
-            chosen = chosen_epoch(Path(cfg.paths.output_dir), str(cfg.optimized_metric), callbacks)
+            chosen = chosen_epoch(layout.path, str(cfg.optimized_metric), callbacks)
         except SIGTERMException:  # Lightning's signal path; the guard saved a checkpoint
             signum = guard.signum if guard is not None and guard.signum else 15
-            last = RunDir(cfg.paths.output_dir).last_ckpt
             epoch = trainer.current_epoch + 1  # 1-based, as the console counts
-            raise RunInterrupted(signum, last, epoch, trainer.global_step) from None
+            raise RunInterrupted(signum, layout.last_ckpt, epoch, trainer.global_step) from None
         except Exception as err:
             if WORKER_INTERRUPTED not in str(err):
                 raise
             # fork/spawn workers: they saved (compat.signal_safe_workers); SIGTERM reached them
-
-            last = RunDir(cfg.paths.output_dir).last_ckpt
+            last = layout.last_ckpt
             saved = load_full_checkpoint(last)  # the workers' trainers, not this one, moved on
             raise RunInterrupted(15, last, saved["epoch"] + 1, saved["global_step"]) from None
     except BaseException:
@@ -312,7 +308,6 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
 
 
 def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, float]:
-
     if checkpoints is not None and checkpoints.best_path.is_file():
         # the sidecar, not the callback: under ddp_fork the callback lived in a child
         best = read_sidecar(sidecar_of(checkpoints.best_path))  # a file: data
@@ -335,7 +330,6 @@ def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, fl
 def _progress(trainer, callbacks) -> dict[str, int]:
     """Epochs and steps trained; after ddp_fork/ddp_spawn the loops ran in child processes,
     so the last checkpoint's sidecar is the record."""
-
     checkpoints = next((c for c in callbacks if isinstance(c, StateDictCheckpoint)), None)
     sidecar = sidecar_of(checkpoints.last_path) if checkpoints else None
     if trainer.global_step == 0 and sidecar is not None and sidecar.is_file():
@@ -346,7 +340,6 @@ def _progress(trainer, callbacks) -> dict[str, int]:
 
 def _pruned(callbacks) -> dict[str, int]:
     """``{"pruned_at_epoch": N}`` when an Optuna pruner stopped this trial."""
-
     for callback in callbacks:
         if isinstance(callback, TrialReporter) and callback.pruned_at_epoch is not None:
             return {"pruned_at_epoch": callback.pruned_at_epoch}
@@ -360,7 +353,6 @@ def _scalars(values) -> dict[str, float]:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def task(cfg: DictConfig) -> float | None:
     """The Hydra task: one run, or one job of a sweep; its value goes to the sweeper."""
-
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         if process_rank() == 0:
@@ -384,14 +376,12 @@ def task(cfg: DictConfig) -> float | None:
     except Exception as err:
         resume_gc()  # a sweep's next job in this process runs with the collector on
         interrupted = getattr(err, "signum", None)
-        if interrupted is not None and multirun:  # stop the sweep; summarize what ran
-            record_interrupted(cfg, str(err))
-            log.error("%s\nthe same command again resumes the sweep", err)
-            sys.exit(128 + interrupted)
         if interrupted is not None:  # RunInterrupted: checkpoint saved, say how to go on
-            log.error(
-                "%s\nresume with: python -m experiments.train resume=%s", err, cfg.paths.output_dir
-            )
+            if multirun:  # stop the sweep; summarize what ran
+                record_interrupted(cfg, str(err))
+            resume = f"python -m experiments.train resume={cfg.paths.output_dir}"
+            log.error("%s\n%s", err, "the same command again resumes the sweep" if multirun
+                      else f"resume with: {resume}")  # fmt: skip
             sys.exit(128 + interrupted)
         user_error = find_user_error(err) or write_error(err, cfg.paths.output_dir)
         if user_error is None:

@@ -70,7 +70,9 @@ def train_with_remedies(cfg: DictConfig, train: Callable[[DictConfig], dict]) ->
             applied.append(remedy)
             log.warning("%s: running again with %s", _first_line(oom or diverged), remedy,
                         extra={"sweep_line": True})  # fmt: skip
-            _set_aside_checkpoints(cfg, len(applied))
+            checkpoints = RunDir(cfg.paths.output_dir).checkpoints
+            if checkpoints.is_dir():
+                checkpoints.rename(checkpoints.with_name(f"checkpoints_attempt{len(applied)}"))
             continue
         if applied:
             metrics = {**metrics, "remedies": applied}
@@ -92,7 +94,9 @@ def _halve_batch(cfg: DictConfig) -> str | None:
     with open_dict(cfg):
         cfg.data.batch_size = batch // 2
         cfg.trainer.accumulate_grad_batches = accumulate * 2
-    _free_memory()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return (
         f"data.batch_size={batch // 2} trainer.accumulate_grad_batches={accumulate * 2} "
         f"(out of memory at batch {batch})"
@@ -122,18 +126,6 @@ def _record_diverged(cfg: DictConfig, err: BaseException, applied: list[str]) ->
 def _add_to_metrics_file(cfg: DictConfig, values: dict[str, Any]) -> None:
     path = RunDir(cfg.paths.output_dir).metrics
     write_json(path, {**read_json_object(path), **values})
-
-
-def _set_aside_checkpoints(cfg: DictConfig, attempt: int) -> None:
-    checkpoints = RunDir(cfg.paths.output_dir).checkpoints
-    if checkpoints.is_dir():
-        checkpoints.rename(checkpoints.with_name(f"checkpoints_attempt{attempt}"))
-
-
-def _free_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def _first_line(err: BaseException | None) -> str:
