@@ -44,7 +44,6 @@ SRUN_HINT = (r"The `srun` command is available on your system but is not used", 
 
 def filter_upstream_warnings() -> None:
     """Hide the few third-party warnings that only their authors can fix (each named above)."""
-
     hidden = list(UPSTREAM_WARNINGS)
     if not os.environ.get("SLURM_JOB_ID"):
         hidden.append(SRUN_HINT)

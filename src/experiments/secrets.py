@@ -10,6 +10,7 @@ key)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -153,13 +154,10 @@ def _inner_keys(value: Any, path: str) -> Iterator[tuple[str, Any]]:
             yield from _inner_keys(v, path)
 
 
-_PARSER: list = []  # Hydra's override parser, made once (its grammar takes a while to load)
-
-
-def _parser():
-    if not _PARSER:
-        _PARSER.append(OverridesParser.create())
-    return _PARSER[0]
+@functools.cache
+def _parser() -> OverridesParser:
+    """Hydra's override parser, made once (its grammar takes a while to load)."""
+    return OverridesParser.create()
 
 
 # a secret environment variable's value shorter than this is not looked for in strings
@@ -167,24 +165,16 @@ def _parser():
 MIN_SECRET_LENGTH = 6
 
 
-def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The values of the environment's secret variables (``is_secret_key`` of the name)."""
-    environ = os.environ if environ is None else environ
-    return sorted(
-        {v for k, v in environ.items() if is_secret_key(k) and len(v) >= MIN_SECRET_LENGTH},
-        key=len,
-        reverse=True,
-    )
-
-
 def redact(obj: Any, environ: Mapping[str, str] | None = None) -> Any:
     """A copy of a plain (resolved) container with the values of secret keys replaced, and
     every string that holds a secret environment variable's value (it was interpolated in,
     e.g. ``+note=${oc.env:MY_SECRET_TOKEN}``) replaced whole."""
-    return _redact(obj, secret_env_values(environ))
+    environ = os.environ if environ is None else environ
+    secrets = {v for k, v in environ.items() if is_secret_key(k) and len(v) >= MIN_SECRET_LENGTH}
+    return _redact(obj, secrets)
 
 
-def _redact(obj: Any, secrets: list[str]) -> Any:
+def _redact(obj: Any, secrets: set[str]) -> Any:
     if isinstance(obj, dict):
         return {
             k: REDACTED if is_secret_key(str(k)) and v is not None else _redact(v, secrets)
@@ -214,7 +204,5 @@ def redact_saved_config(cfg, saved) -> None:
     from it (``saved`` None: no Hydra run, nothing was written)."""
     plain = OmegaConf.to_container(cfg, resolve=False)
     clean = redact(plain)
-    if clean == plain or saved is None:
-        return
-    if saved.is_file():
+    if clean != plain and saved is not None and saved.is_file():
         OmegaConf.save(OmegaConf.create(clean), saved)

@@ -100,8 +100,7 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
         elif any(c in o.partition("=")[2] for o in overrides for c in "<>"):
             hint = "; quote a value with < or > for Hydra: \"sweep.target='val/acc>=0.99'\""
         raise UserError(f"cannot parse override: {one_line(err)}{hint}") from None
-    probe = [_first_value(o) for o in parsed]
-    probe = [p for p in probe if p is not None]
+    probe = [p for p in map(_first_value, parsed) if p is not None]
     composer = Composer(conf_dir, config_name)
     try:
         full = compose_or_fail(composer, probe)
@@ -128,11 +127,13 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     check_option_keys(composer, full, overrides)
     _check_data_dir(cfg)
     check_task_layout()
+    sweeper = str(OmegaConf.select(full, "hydra.sweeper._target_", default="") or "")
     hydra_keys = ("hydra/launcher=", "hydra.launcher.", "hparams_search=", "hydra.sweeper.")
     if multirun and any(o.startswith(hydra_keys) for o in probe):
         # the launcher's and sweeper's settings live in the hydra section
         check_slurm_launcher(full)
-        check_sweeper(full)
+        if sweeper.startswith("hydra_plugins.experiments_optuna."):  # before any trial runs
+            check_settings(OmegaConf.to_container(full.hydra.sweeper, resolve=True))
     sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
     runs = set(flags) <= MULTIRUN  # no --cfg, --info, ...: jobs will run
     if multirun or is_multirun(full):
@@ -141,7 +142,7 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
             schema.check(cfg)
         if runs and process_rank() == 0:  # a sweep that will run jobs
             check_ray_launcher(full)  # connects once: the launcher uses the connection
-            argv = claim_sweep_dir(composer, full, argv, parsed)
+            argv = claim_sweep_dir(composer, full, argv, parsed, sweeper)
         return Checked(argv)
     if sweeps:
         key = sweeps[0].split("=")[0]
@@ -157,10 +158,12 @@ def check(argv: list[str], conf_dir: str, config_name: str = "train") -> Checked
     return Checked(argv, full, composer)  # Hydra would compose this same config to run it
 
 
-def claim_sweep_dir(composer: Composer, full: DictConfig, argv: list[str], parsed) -> list[str]:
-    """Take the sweep dir for this sweep (``experiments.runs.sweep.claim``); return ``argv``
-    with the dir pinned (``hydra.sweep.dir`` holds the start time: Hydra would resolve it
-    again a moment later)."""
+def claim_sweep_dir(
+    composer: Composer, full: DictConfig, argv: list[str], parsed, sweeper: str
+) -> list[str]:
+    """Take the sweep dir for this sweep (``experiments.runs.sweep.claim``; ``sweeper``: the
+    sweeper's ``_target_``); return ``argv`` with the dir pinned (``hydra.sweep.dir`` holds
+    the start time: Hydra would resolve it again a moment later)."""
     try:
         sweep_dir = Path(str(OmegaConf.select(full, "hydra.sweep.dir")))
     except Exception:  # an interpolation only Hydra can resolve: leave the dir to it
@@ -175,12 +178,11 @@ def claim_sweep_dir(composer: Composer, full: DictConfig, argv: list[str], parse
         base = full
     params = OmegaConf.select(full, "hydra.sweeper.params", default=None)
     params = OmegaConf.to_container(params) if OmegaConf.is_config(params) else {}
-    target = str(OmegaConf.select(full, "hydra.sweeper._target_", default="") or "")
     shared = task_view(base)
     with open_dict(shared):
         for key in ("sweep", "print_config"):  # how the sweep runs, not what its jobs compute
             shared.pop(key, None)
-    mine = manifest(given, sweeps, params, OmegaConf.to_yaml(shared), target)
+    mine = manifest(given, sweeps, params, OmegaConf.to_yaml(shared), sweeper)
     force = bool(OmegaConf.select(full, "sweep.force", default=False))
     check_writable(sweep_dir, "hydra.sweep.dir")
     if claim(sweep_dir, mine, force):
@@ -210,14 +212,6 @@ def _check_data_dir(cfg: DictConfig) -> None:
             f"paths.data_dir={data_dir} is a file, not a folder; point it at the folder that "
             f"holds (or will hold) the data sets"
         )
-
-
-def check_sweeper(cfg: DictConfig) -> None:
-    """Our Optuna sweeper's settings (pruner, sampler, directions), before any trial runs."""
-    target = str(OmegaConf.select(cfg, "hydra.sweeper._target_", default="") or "")
-    if not target.startswith("hydra_plugins.experiments_optuna."):
-        return
-    check_settings(OmegaConf.to_container(cfg.hydra.sweeper, resolve=True))
 
 
 def compose_or_fail(composer: Composer, overrides: list[str]) -> DictConfig:

@@ -190,9 +190,10 @@ class Command:
     usage: str
     own: dict
     worker: str  # the module whose command(options, overrides) does the work
-    overrides: bool = True  # other key=value arguments change the run's saved config
+    # other key=value arguments change the run's saved config; the cheap check then loads
+    # it with them (verify and compare read what they need: a sweep folder too)
+    overrides: bool = True
     many: bool = False  # several folders (compare)
-    opens_run: bool = True  # the cheap check: the run's config loads with the overrides
     typed: Callable[[dict], dict] = dict  # the options' values as the worker takes them
 
     def __call__(self, argv: Sequence[str] | None = None) -> None:
@@ -202,7 +203,7 @@ class Command:
         options, overrides = parse(argv, self.own, self.usage, overrides=self.overrides,
                                    many=self.many)  # fmt: skip
         typed = self.typed(options)
-        if self.opens_run:  # unknown keys and an unreadable run answer before torch loads
+        if self.overrides:  # unknown keys and an unreadable run answer before torch loads
             load_run_config(options["run_dir"], split_trust(overrides)[1])
         # the worker (torch, Lightning) is imported only once the arguments are right
         return importlib.import_module(self.worker).command(typed, overrides)
@@ -275,7 +276,6 @@ verify = Command(
     {"run_dir": None, "steps": "", "integrity": "false"},
     "experiments.evaluation.verification",
     overrides=False,
-    opens_run=False,  # a sweep folder too (integrity=true); the worker reads what it needs
     typed=_verify_options,
 )
 AUTO = "<auto>"  # an option not given (an empty metric= is an error, not this)
@@ -309,7 +309,6 @@ compare = Command(
     "experiments.analysis.comparison",
     overrides=False,
     many=True,
-    opens_run=False,
     typed=_compare_options,
 )
 

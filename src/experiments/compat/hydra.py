@@ -22,7 +22,7 @@ from hydra._internal.callbacks import Callbacks
 from hydra._internal.hydra import Hydra
 from hydra._internal.utils import create_config_search_path, run_and_report
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.utils import JobReturn, JobRuntime, JobStatus, configure_log, run_job
+from hydra.core.utils import JobRuntime, JobStatus, configure_log, run_job
 from hydra.types import HydraContext, RunMode
 from hydra.version import setbase
 from omegaconf import DictConfig, open_dict, read_write
@@ -98,16 +98,6 @@ def job_outcome(job_return) -> tuple[bool, object]:
     """``(failed, value or exception)`` of a Hydra ``JobReturn``: its public ``return_value``
     raises a failed job's exception and writes to stderr; the field holds either."""
     return job_return.status != JobStatus.COMPLETED, job_return._return_value
-
-
-def failed_job(cfg: DictConfig, err: BaseException, working_dir: str):
-    """The ``JobReturn`` of a job that never ran ``run_job`` (its launcher lost it): failed
-    with ``err``. ``cfg``: the job's whole config, ``hydra`` node included."""
-    return JobReturn(
-        overrides=list(cfg.hydra.overrides.task), cfg=cfg, hydra_cfg=cfg,
-        working_dir=working_dir, task_name=str(cfg.hydra.job.name), status=JobStatus.FAILED,
-        _return_value=err,
-    )  # fmt: skip
 
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"

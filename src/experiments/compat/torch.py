@@ -47,13 +47,8 @@ def native_stderr_without(*noise: str):
             os.dup2(saved, 2)
             os.close(saved)
             caught.seek(0)
-            kept = [
-                line
-                for line in caught.read().decode(errors="replace").splitlines(keepends=True)
-                if not any(n in line for n in noise)
-            ]
-            if kept:
-                sys.stderr.write("".join(kept))
+            lines = caught.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(ln for ln in lines if not any(n in ln for n in noise)))
 
 
 # Dynamo's counters of why a frame stopped being traced; torch 2.x moved most graph-break

@@ -61,14 +61,10 @@ def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | No
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reporting home from a sweep
     if address and address != "auto":
         _reachable(address)
+    here = {"num_cpus": num_cpus, "num_gpus": num_gpus, "include_dashboard": False}
     try:
-        if address:
-            ray.init(address=address, configure_logging=False, log_to_driver=True)
-        else:
-            ray.init(
-                num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                configure_logging=False, log_to_driver=True,
-            )  # fmt: skip
+        ray.init(**({"address": address} if address else here), configure_logging=False,
+                 log_to_driver=True)  # fmt: skip
     except (ConnectionError, RuntimeError, ValueError) as err:
         where = f"hydra.launcher.address={address}" if address else "hydra/launcher=ray"
         raise UserError(f"{where}: Ray did not start or connect: {one_line(err)}") from None

@@ -29,7 +29,7 @@ def check_settings(settings: dict) -> None:
     pruner = settings.get("pruner") or "none"
     if pruner not in PRUNERS:
         raise UserError(f"hydra.sweeper.pruner={pruner!r}: use one of {', '.join(PRUNERS)}")
-    if pruner != "none" and len(settings.get("objectives") or {}) > 1:
+    if pruner != "none" and len(objectives) > 1:
         raise UserError(
             f"hydra.sweeper.pruner={pruner}: Optuna prunes single-objective studies only; "
             "use pruner=none with several objectives"

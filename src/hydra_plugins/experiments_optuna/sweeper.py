@@ -48,11 +48,6 @@ def _job_record(ret) -> dict:
         return {}
 
 
-def _stopped(ret) -> bool:
-    """The job did not run: a stop rule (sweep.max_jobs, target, time_budget) held."""
-    return _job_record(ret).get("status") == "stopped"
-
-
 def importance_evaluator():
     """The evaluator of the importance the summary shows, named rather than Optuna's default
     (which changed from fANOVA to PED-ANOVA in Optuna 5): fANOVA, the share of the metric's
@@ -247,7 +242,9 @@ class OptunaSweeper(Sweeper):
                         errors.append(err)
                     return
                 with lock:
-                    if _stopped(ret):  # a stop rule of sweep.* holds: ask for no more trials
+                    # the job did not run: a stop rule of sweep.* (max_jobs, target,
+                    # time_budget) holds: ask for no more trials
+                    if _job_record(ret).get("status") == "stopped":
                         study.tell(trial, state=_states().FAIL)
                         todo["left"] = 0
                     elif not self._tell(study, trial, ret):
@@ -312,10 +309,8 @@ class OptunaSweeper(Sweeper):
         done = [t for t in study.trials if t.state == states.COMPLETE]
         if not done:
             return
-        counts = {s.name.lower(): 0 for s in (states.COMPLETE, states.PRUNED, states.FAIL)}
-        for t in study.trials:
-            if t.state.name.lower() in counts:
-                counts[t.state.name.lower()] += 1
+        ended = (states.COMPLETE, states.PRUNED, states.FAIL)
+        counts = {s.name.lower(): sum(t.state == s for t in study.trials) for s in ended}
         result: dict[str, Any] = {"name": name, "n_trials": len(study.trials), **counts}
         if self.objectives:
             front = sorted(study.best_trials, key=lambda t: t.number)
@@ -328,15 +323,12 @@ class OptunaSweeper(Sweeper):
             log.info("Pareto front: %d of %d trials", len(front), len(study.trials))
         else:
             best = study.best_trial
-            direction = DIRECTIONS[self.settings.get("direction", "maximize")]
-            result["importance"] = _importance(study)
-            result["importance_evaluator"] = type(importance_evaluator()).__name__
             result.update(
-                direction=direction,
-                best_value=best.value,
-                best_params=best.params,
-                best_trial=best.number,
-            )
+                importance=_importance(study),
+                importance_evaluator=type(importance_evaluator()).__name__,
+                direction=DIRECTIONS[self.settings.get("direction", "maximize")],
+                best_value=best.value, best_params=best.params, best_trial=best.number,
+            )  # fmt: skip
             log.info(
                 "best %s = %.4f with %s (%s)",
                 self.config.get("optimized_metric", "value"),

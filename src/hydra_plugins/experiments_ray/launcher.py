@@ -28,12 +28,11 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
+from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from experiments.compat.hydra import as_recorded_failure, failed_job
 from experiments.config.ray import connect
 from experiments.console import filter_upstream_warnings
 from experiments.errors import one_line
@@ -158,14 +157,12 @@ class RayLauncher(Launcher):
         configs = [self._job_config(list(o), initial_job_idx + i, sweep_dir)
                    for i, o in enumerate(job_overrides)]  # fmt: skip
         state, cwd = Singleton.get_state(), os.getcwd()
-
-        def submit(cfg, lost=None):
-            return remote.remote(self.hydra_context, self.task_function, cfg, state, cwd, lost)
-
         pending: dict[Any, tuple[int, int]] = {}
 
         def start(k: int, attempt: int, lost: str | None = None) -> None:
-            ref = submit(configs[k], lost)
+            ref = remote.remote(
+                self.hydra_context, self.task_function, configs[k], state, cwd, lost
+            )
             pending[ref] = (k, attempt)
             with self._lock:
                 self._running[ref] = configs[k]
@@ -195,21 +192,25 @@ class RayLauncher(Launcher):
                     start(k, attempt + 1, reason)
                 else:
                     lost = f"lost {attempt + 1} time{'s' if attempt else ''}, last: {reason}"
-                    results[k] = self._recorded_failure(cfg, err, lost)
+                    results[k] = self._recorded_failure(cfg, lost)
             except ray.exceptions.RayError as err:  # the task could not run at all
-                results[k] = self._recorded_failure(configs[k], err, _first_line(err))
+                results[k] = self._recorded_failure(configs[k], _first_line(err))
         return results
 
-    def _recorded_failure(self, cfg: DictConfig, err: BaseException, reason: str) -> JobReturn:
+    def _recorded_failure(self, cfg: DictConfig, reason: str) -> JobReturn:
         """A job that did not come back from Ray: recorded ``failed`` (with ``reason``) in
-        its job.json and the summary; to the sweeper, a job that is passed over (the summary
+        its job.json and the summary; to the sweeper, a job that is passed over: completed,
+        with no value (as ``compat.hydra.as_recorded_failure`` makes one; the summary
         callback ends the sweep with one line)."""
         _record_lost(cfg, reason, retried=False, status="failed")
         log.error("job %s failed: %s", cfg.hydra.job.num, reason, extra={"sweep_line": True})
         self._write_summary(Path(str(cfg.hydra.sweep.dir)))
-        result = _failed(cfg, err)
-        as_recorded_failure(result)
-        return result
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(_job_dir(cfg))
+        return JobReturn(
+            overrides=list(cfg.hydra.overrides.task), cfg=cfg, hydra_cfg=cfg,
+            working_dir=os.getcwd(), task_name=str(cfg.hydra.job.name), status=JobStatus.COMPLETED,
+        )  # fmt: skip
 
     def _write_summary(self, sweep_dir: Path) -> None:
         from experiments.tracking.sweep_summary import write_summary  # lazy: see the top
@@ -237,13 +238,6 @@ def _record_lost(cfg: DictConfig, reason: str, retried: bool, status: str = "los
 
     record_lost(_job_dir(cfg), int(cfg.hydra.job.num), list(cfg.hydra.overrides.task), reason,
                 retried, status)  # fmt: skip
-
-
-def _failed(cfg: DictConfig, err: BaseException) -> JobReturn:
-    """The JobReturn of a job that did not come back from Ray."""
-    with open_dict(cfg):
-        cfg.hydra.runtime.output_dir = str(_job_dir(cfg))
-    return failed_job(cfg, err, os.getcwd())
 
 
 def _first_line(err: BaseException) -> str:
