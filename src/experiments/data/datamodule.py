@@ -28,7 +28,6 @@ from experiments.runs.files import write_json
 
 log = logging.getLogger(__name__)
 
-# each class is a dataclass: its fields are its typed constructor arguments (the config)
 _config = dataclass(eq=False, repr=False, kw_only=True)
 _WHY_SIZE = Why("each image is resized to it in memory (4096x4096 RGB is 200 MB as float32)")
 ImageSize = Annotated[Sequence[Annotated[int, Ge(1), Le(4096)]], Length(2), _WHY_SIZE]
@@ -134,8 +133,7 @@ class ImageData(L.LightningDataModule):
 
     def cache_samples(self, transform: Callable | None) -> bool:
         """Whether samples made with ``transform`` may be kept once made (the loader and
-        the tensor store ask too): ``data.cache_transformed``, ``auto`` when nothing in the
-        transforms is random."""
+        the tensor store ask too): ``data.cache_transformed``."""
         if self.cache_transformed == "auto":
             return is_deterministic(transform) and is_deterministic(self.target_transform)
         return bool(self.cache_transformed)
@@ -185,15 +183,9 @@ class ImageData(L.LightningDataModule):
             and self.cache_samples(self.eval_transform)
         )
         self.stores, self.augment_batch = store.plan(self, full_eval, train_idx, eligible)
-        log.info(
-            "data %s: %d train / %d val / %d test samples, %d classes, input %s",
-            type(self).__name__,
-            len(self.train_set),
-            len(self.val_set),
-            len(self.test_set),
-            self.num_classes,
-            self.input_shape,
-        )
+        log.info("data %s: %d train / %d val / %d test samples, %d classes, input %s",
+                 type(self).__name__, len(self.train_set), len(self.val_set), len(self.test_set),
+                 self.num_classes, self.input_shape)  # fmt: skip
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         x, y = batch  # (B, C, H, W), (B,) on the model's device
@@ -257,7 +249,6 @@ class TorchvisionData(ImageData):
     """A torchvision set by name, in torchvision's on-disk layout under ``root``.
 
     Args:
-        dataset: ``mnist``, ``fashion_mnist`` or ``cifar10``.
         root: the folder torchvision reads (and downloads into).
         download: let torchvision download missing files (needs network).
     """
@@ -344,7 +335,6 @@ class DigitsData(DatasetData):
 
     Args:
         root: where the digits are exported.
-        cache: keep decoded images in memory after their first use.
         dataset: as for ``DatasetData``; None: the digits.
     """
 

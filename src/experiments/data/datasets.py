@@ -30,14 +30,8 @@ __all__ = ["MAX_CLASSES", "CsvImageDataset", "decode", "export_digits", "leads_o
 
 
 def read_image(path: Path, mode: str, size: Sequence[int] | None = None) -> Image.Image:
-    """Decode ``path`` as every image of a run is read (``images.decode``: the
-    decompression-bomb limit, 16-bit and float images scaled to 8 bits, a decoder error one
-    line naming the file), converted to ``mode`` and resized bilinearly to ``size``
-    ``(height, width)`` when it differs (None: its own size).
-
-    Raises:
-        UserError: a file that is no image, or one the decoder refuses.
-    """
+    """``images.decode`` of ``path`` (as every image of a run is read), resized bilinearly
+    to ``size`` ``(height, width)`` when it differs (None: its own size)."""
     image = decode(path, mode)
     if size is not None and image.size != tuple(size)[::-1]:  # PIL sizes are (W, H)
         image = image.resize(tuple(size)[::-1], Image.BILINEAR)
@@ -59,8 +53,6 @@ def leads_outside(
     of ``experiments.predict`` for the rows of the CSV it is given.
 
     Args:
-        folder: the image folder the names are relative to.
-        name: one file name as a CSV row gives it.
         follow_symlinks: read through symlinks wherever they lead (``data.follow_symlinks``).
         root: ``folder.resolve()``, when the caller keeps it for many names.
         dirs: the caller's cache of subfolder -> inside, kept across names (one resolve per
@@ -163,19 +155,18 @@ class CsvImageDataset(Dataset):
         self._root = self.image_dir.resolve()
         self._inside_dirs: dict[str, bool] = {}
 
-        files, labels, self.lines = read_index(self.csv_file)
-        self.files = files
-        self._names = checked_names(self.csv_file, self.image_dir, files, labels, self.lines)
+        self.files, labels, self.lines = read_index(self.csv_file)
+        self._names = checked_names(self.csv_file, self.image_dir, self.files, labels, self.lines)
         self.classes, self.targets = encode_labels(self.csv_file, labels, self.lines, classes)
         if check_files:
-            for i in range(len(files)):
+            for i in range(len(self.files)):
                 path = self.path(i)
                 if not path.is_file():
                     # a folder, a FIFO (whose read would block) or a device is no image
                     what = "is not a regular file" if path.exists() else "does not exist"
                     raise UserError(
-                        f"{self.csv_file} row {self.lines[i]}: image {self.image_dir / files[i]} "
-                        f"{what}"
+                        f"{self.csv_file} row {self.lines[i]}: image "
+                        f"{self.image_dir / self.files[i]} {what}"
                     )
 
     def __len__(self) -> int:

@@ -41,12 +41,8 @@ class _Resumable:
             return
         if not self._skip_batches(epoch, batches):
             # under DDP Lightning wraps the sampler to shard it: exact at epoch boundaries only
-            log.warning(
-                "resuming mid-epoch under DDP: epoch %d is re-shuffled from its start "
-                "(%d batches were already done)",
-                epoch + 1,
-                batches,
-            )
+            log.warning("resuming mid-epoch under DDP: epoch %d is re-shuffled from its start "
+                        "(%d batches were already done)", epoch + 1, batches)  # fmt: skip
             return
         log.info("resuming mid-epoch: epoch %d after its first %d batches", epoch + 1, batches)
 
@@ -82,7 +78,6 @@ class StoreLoader(_Resumable):
     the batches this process had trained on, under DDP too.
 
     Args:
-        store: the split's samples.
         batch_size: samples per batch (the last batch may be smaller).
         sampler: ``EpochShuffleSampler`` or ``ClassBalancedSampler``; None: in order.
         rank, world_size: this process's place under DDP.
@@ -246,8 +241,6 @@ class SplitLoaders(L.LightningDataModule):
     whose fields, these included, are its config.
 
     Args:
-        batch_size: samples per batch.
-        num_workers: DataLoader worker processes.
         val_fraction, test_fraction: shares of the samples held out.
         split_seed: fixes the split (alone: the training seed does not move it).
         augment: image augmentation (the ``augment`` group) does not apply: null only, so

@@ -19,7 +19,6 @@ class EpochShuffleSampler(Sampler[int]):
     ``ResumableLoader``).
 
     Args:
-        num_samples: dataset length.
         seed: base seed of every epoch's permutation.
         generator: a generator to re-seed per epoch (the DataLoader's, which seeds its
             workers), or None.
@@ -64,7 +63,6 @@ class ClassBalancedSampler(EpochShuffleSampler):
 
     Args:
         targets: class index of each training sample.
-        seed, generator: as for ``EpochShuffleSampler``.
     """
 
     def __init__(

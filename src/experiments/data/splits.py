@@ -122,14 +122,8 @@ def warn_absent_classes(split: str, part, class_names: Sequence[str]) -> list[in
     missing = (~present).nonzero().flatten().tolist()
     if missing and len(part):
         shown = ", ".join(repr(class_names[i]) for i in missing[:10])
-        log.warning(
-            "data: the %s split has no sample of %d of the %d classes (%s%s); its macro "
-            "metrics average only the classes it has, and %s/missing_classes marks them",
-            split,
-            len(missing),
-            len(class_names),
-            shown,
-            ", ..." if len(missing) > 10 else "",
-            split,
-        )
+        log.warning("data: the %s split has no sample of %d of the %d classes (%s%s); its macro "
+                    "metrics average only the classes it has, and %s/missing_classes marks them",
+                    split, len(missing), len(class_names), shown,
+                    ", ..." if len(missing) > 10 else "", split)  # fmt: skip
     return missing

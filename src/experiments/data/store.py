@@ -55,13 +55,8 @@ def stack(split: Dataset, max_mb: float, name: str) -> TensorStore | None:
     y0 = torch.as_tensor(y0)
     size_mb = len(split) * (x0.nbytes + y0.nbytes) / 2**20
     if size_mb > max_mb:
-        log.info(
-            "data: the %s split (%.0f MB as tensors) exceeds data.cache_max_mb=%g; its "
-            "batches are collated sample by sample",
-            name,
-            size_mb,
-            max_mb,
-        )
+        log.info("data: the %s split (%.0f MB as tensors) exceeds data.cache_max_mb=%g; its "
+                 "batches are collated sample by sample", name, size_mb, max_mb)  # fmt: skip
         return None
     whole = _whole(split, x0.shape)
     if whole is not None:
@@ -135,7 +130,7 @@ def batch_augmenter(augment) -> Callable[[torch.Tensor], torch.Tensor] | None:
         parts = augment.transforms
     steps = []
     for part in parts:
-        if isinstance(part, RandomShift):
+        if isinstance(part, RandomShift) and part.padding_mode in _Shift.MODES:
             steps.append(_Shift(part.padding, part.padding_mode))
         elif type(part).__name__ == "RandomHorizontalFlip":
             steps.append(_Flip(float(part.p)))
@@ -172,8 +167,6 @@ class _Shift:
     MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
 
     def __init__(self, padding: int, mode: str) -> None:
-        if mode not in self.MODES:
-            raise ValueError(f"padding_mode {mode!r} has no batch form")
         self.padding, self.mode = int(padding), self.MODES[mode]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -229,13 +222,8 @@ def resident(store: TensorStore, device: torch.device, setting, name: str) -> Te
     if setting == "auto" and device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         if store.nbytes > free / 4:
-            log.info(
-                "data.device_resident=auto: the %s split (%.0f MB) stays in host memory "
-                "(over a quarter of the %.0f MB free on %s)",
-                name,
-                store.nbytes / 2**20,
-                free / 2**20,
-                device,
-            )
+            log.info("data.device_resident=auto: the %s split (%.0f MB) stays in host memory "
+                     "(over a quarter of the %.0f MB free on %s)",
+                     name, store.nbytes / 2**20, free / 2**20, device)  # fmt: skip
             return store
     return store.to(device)

@@ -79,9 +79,8 @@ class TabularData(SplitLoaders):
         if self.csv_file is None:
             features, targets, self.feature_names = diabetes()
         else:
-            features, targets, self.feature_names = read_table(
-                self.csv_file, self.target_column, self.feature_columns
-            )
+            names, table = _numbers(self.csv_file, self.target_column, self.feature_columns)
+            features, targets, self.feature_names = table[:, 1:], table[:, 0], names[1:]
         fold = (self.fold, self.folds) if self.folds is not None else None
         self.split(torch.from_numpy(features).float(), torch.from_numpy(targets).float(), fold)
         train = self.splits["train"]
@@ -114,26 +113,11 @@ def diabetes() -> tuple[np.ndarray, np.ndarray, list[str]]:
     return bunch.data.astype(np.float64), bunch.target.astype(np.float64), list(bunch.feature_names)
 
 
-def read_table(
-    csv_file: str, target_column: str, feature_columns: list[str] | None
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """``(features (N, F), targets (N,), feature names)`` of a CSV with a header row.
-
-    Every value must be a finite number; a refusal is one line naming the file, the line and
-    the column (a NaN target: drop the row or fill it in).
-
-    Raises:
-        UserError: the file is unreadable, too large, not UTF-8, or a row or column is wrong.
-    """
-    names, table = _numbers(csv_file, target_column, feature_columns)
-    return table[:, 1:], table[:, 0], names[1:]
-
-
 def read_features(csv_file: str, feature_names: Sequence[str]) -> np.ndarray:
     """``(N, F)`` values of the columns ``feature_names`` (in that order) of a CSV with a
     header row: the rows a trained module predicts (``RegressionModule.predict_rows``), one
     per data row in file order. Other columns (the target, an id) are ignored; the checks
-    and messages are ``read_table``'s.
+    and messages are those of the training data (``_numbers``).
 
     Raises:
         UserError: the file is unreadable, or a feature column or value is missing or wrong.
@@ -144,7 +128,13 @@ def read_features(csv_file: str, feature_names: Sequence[str]) -> np.ndarray:
 def _numbers(
     csv_file: str, target: str | None, features: list[str] | None
 ) -> tuple[list[str], np.ndarray]:
-    """The names and values of the columns ``_columns`` chooses (the target's first)."""
+    """The names and values of the columns ``_columns`` chooses (the target's first) of a CSV
+    with a header row. Every value must be a finite number; a refusal is one line naming the
+    file, the line and the column (a NaN target: drop the row or fill it in).
+
+    Raises:
+        UserError: the file is unreadable, too large, not UTF-8, or a row or column is wrong.
+    """
     text = read_text(csv_file, max_bytes=MAX_CSV_BYTES)
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:

@@ -9,11 +9,7 @@ from torchvision.transforms import v2
 
 
 class OneHot:
-    """Class index -> one-hot float vector of length ``num_classes``.
-
-    The scatter form of ``Lambda(lambda y: zeros(n).scatter_(0, tensor(y), 1))``,
-    as a class so that it pickles into DataLoader workers.
-    """
+    """Class index -> one-hot float vector of length ``num_classes``."""
 
     def __init__(self, num_classes: int) -> None:
         if num_classes < 1:
@@ -28,8 +24,8 @@ class OneHot:
         return f"OneHot(num_classes={self.num_classes})"
 
 
-# transforms that map the same input to the same output every time (torchvision classes
-# by name, in both transforms and transforms.v2); anything else counts as random
+# torchvision classes (by name, in both transforms and transforms.v2) that map the same
+# input to the same output every time
 DETERMINISTIC = frozenset(
     "CenterCrop ConvertImageDtype Grayscale Identity Normalize PILToTensor Resize ToDtype "
     "ToImage ToPILImage ToPureTensor ToTensor".split()
@@ -76,8 +72,7 @@ class RandomShift:
     """
 
     def __init__(self, padding: int = 4, padding_mode: str = "constant") -> None:
-        self.padding = padding
-        self.padding_mode = padding_mode
+        self.padding, self.padding_mode = padding, padding_mode
 
     def __call__(self, image):
         height, width = v2.functional.get_size(image)
