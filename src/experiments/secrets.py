@@ -165,12 +165,11 @@ def _parser() -> OverridesParser:
 MIN_SECRET_LENGTH = 6
 
 
-def redact(obj: Any, environ: Mapping[str, str] | None = None) -> Any:
+def redact(obj: Any) -> Any:
     """A copy of a plain (resolved) container with the values of secret keys replaced, and
     every string that holds a secret environment variable's value (it was interpolated in,
     e.g. ``+note=${oc.env:MY_SECRET_TOKEN}``) replaced whole."""
-    environ = os.environ if environ is None else environ
-    secrets = {v for k, v in environ.items() if is_secret_key(k) and len(v) >= MIN_SECRET_LENGTH}
+    secrets = {v for k, v in os.environ.items() if is_secret_key(k) and len(v) >= MIN_SECRET_LENGTH}
     return _redact(obj, secrets)
 
 
@@ -187,10 +186,10 @@ def _redact(obj: Any, secrets: set[str]) -> Any:
     return obj
 
 
-def redacted_config(cfg: Any, resolve: bool = True) -> Any:
+def redacted_config(cfg: Any) -> Any:
     """An OmegaConf config as plain containers, resolved, secrets redacted (``redact``): the
     one form in which a config is saved, printed or sent to a tracker."""
-    return redact(OmegaConf.to_container(cfg, resolve=resolve))
+    return redact(OmegaConf.to_container(cfg, resolve=True))
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:

@@ -377,7 +377,7 @@ def train(argv: Sequence[str] | None = None) -> None:
         argv = with_config_dirs(argv)
         checked = check(argv, str(CONF_DIR))  # replayed overrides included
     except UserError as err:
-        exit_with(err, code=2)
+        exit_with(err)
     sys.argv = [sys.argv[0], *checked.argv]  # what DDP ranks and SLURM requeues re-run
     if not runs_task(checked.argv):  # --cfg job, --info, ...: Hydra prints; no torch needed
         try:
@@ -385,7 +385,7 @@ def train(argv: Sequence[str] | None = None) -> None:
                 lambda cfg: None
             )()
         except ValueError as err:  # Hydra's own: "Only one of --run, --multirun, --cfg ..."
-            exit_with(UserError(str(err)), code=2)
+            exit_with(UserError(str(err)))
         return
     prestart_git_probe()  # its git subprocesses overlap the import below
     # the worker (torch, Lightning) is imported only once the command line is right

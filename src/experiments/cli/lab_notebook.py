@@ -40,7 +40,6 @@ USAGE = """usage: experiments-runs COMMAND ...
 The same table in Python: experiments.find_runs("outputs", where="...") (a pandas DataFrame).
 A tag or note on a folder that is not a run is refused. Exit status 2 on a mistake."""
 
-COMMANDS = ("list", "show", "diff", "tag", "note", "report")
 MAX_CELL = 36
 
 
@@ -73,9 +72,9 @@ def _order(text: str) -> bool | None:
     return None if not text else text == "asc"
 
 
-def cell(value: Any, width: int = MAX_CELL, metric: bool = True) -> str:
+def cell(value: Any, metric: bool = True) -> str:
     """A table cell: a metric to 4 decimals, a config value as a command line writes it,
-    lists joined, control characters escaped, cut to ``width``."""
+    lists joined, control characters escaped, cut to ``MAX_CELL``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         text = ""
     elif isinstance(value, float) and not metric:
@@ -89,7 +88,7 @@ def cell(value: Any, width: int = MAX_CELL, metric: bool = True) -> str:
     else:
         text = str(value)
     text = printable(text)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
 def table(df, columns: list[str]) -> str:
@@ -239,6 +238,10 @@ def cmd_report(argv: list[str]) -> None:
     print(f"wrote {printable(str(path))} ({n} runs, {size / 1e6:.1f} MB): open it in a browser")
 
 
+COMMANDS = {"list": cmd_list, "show": cmd_show, "diff": cmd_diff, "tag": cmd_tag,
+            "note": cmd_note, "report": cmd_report}  # fmt: skip
+
+
 def _main(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
@@ -249,13 +252,11 @@ def _main(argv: list[str]) -> None:
     if any(a in ("-h", "--help") for a in rest) and command != "note":
         print(USAGE)
         return
-    handlers = {"list": cmd_list, "show": cmd_show, "diff": cmd_diff, "tag": cmd_tag,
-                "note": cmd_note, "report": cmd_report}  # fmt: skip
-    if command not in handlers:
+    if command not in COMMANDS:
         near = difflib.get_close_matches(command, COMMANDS, n=1)
         hint = f"did you mean {near[0]}? " if near else ""
         raise UserError(f"unknown command {command!r}; {hint}the commands: {', '.join(COMMANDS)}")
-    handlers[command](rest)
+    COMMANDS[command](rest)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

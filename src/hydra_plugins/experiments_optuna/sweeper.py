@@ -20,7 +20,6 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
 from hydra.core.plugins import Plugins
-from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
@@ -135,9 +134,6 @@ class OptunaSweeper(Sweeper):
         self.params = dict(settings.get("params") or {})
         self.config: DictConfig | None = None
         self.launcher = None
-        # trials whose job failed with its failure recorded in its job.json: the summary
-        # callback reports them at the end of the sweep, in one line
-        self.recorded_failures: list[int] = []
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -201,20 +197,18 @@ class OptunaSweeper(Sweeper):
             raise ValueError("hydra.sweeper.params is empty: nothing to search")
         return space, fixed
 
-    def _workers(self) -> int:
-        if is_basic_launcher(self.launcher) and self.n_jobs > 1:
+    def _run_workers(self, study, space, fixed, done_before: int) -> list[int]:
+        """Run the remaining trials on ``n_jobs`` workers; each asks for its next trial as
+        soon as its last one ends. Returns the numbers of failed trials."""
+        workers = self.n_jobs
+        if is_basic_launcher(self.launcher) and workers > 1:
             log.warning(
                 "hydra.sweeper.n_jobs=%d: Hydra's basic launcher runs one trial at a time in "
                 "this process; use hydra/launcher=joblib (or a SLURM launcher) for parallel "
                 "trials",
-                self.n_jobs,
+                workers,
             )
-            return 1
-        return self.n_jobs
-
-    def _run_workers(self, study, space, fixed, done_before: int) -> list[int]:
-        """Run the remaining trials on ``n_jobs`` workers; each asks for its next trial as
-        soon as its last one ends. Returns the numbers of failed trials."""
+            workers = 1
         lock = threading.Lock()
         todo = {"left": self.n_trials - done_before, "next_job": done_before}
         failures: list[int] = []
@@ -252,7 +246,7 @@ class OptunaSweeper(Sweeper):
 
         threads = [
             threading.Thread(target=worker, name=f"optuna-worker-{i}", daemon=True)
-            for i in range(self._workers())
+            for i in range(workers)
         ]
         for thread in threads:
             thread.start()
@@ -265,14 +259,16 @@ class OptunaSweeper(Sweeper):
     def _tell(self, study, trial, ret) -> bool:
         """Tell Optuna how the trial's job ended; False if it failed."""
         states = _states()
-        if ret.status != JobStatus.COMPLETED:
+        failed, value = job_outcome(ret)
+        if failed:
             study.tell(trial, state=states.FAIL)
-            log.warning("trial %d failed: %s", trial.number, _describe(ret, None))
+            err = f"{type(value).__name__}: {one_line(value, last=True)}"
+            log.warning("trial %d failed: %s", trial.number, err)
             return False
-        record = _job_record(ret)
-        if record.get("status") == "failed":  # its failure recorded (sweep_summary)
+        # its failure recorded in its job.json: the summary callback reports it at the end of
+        # the sweep, in one line
+        if _job_record(ret).get("status") == "failed":
             study.tell(trial, state=states.FAIL)
-            self.recorded_failures.append(trial.number)
             return True
         # the job wrote to the storage: read it afresh (a Trial caches its attributes)
         (fresh,) = (t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
@@ -282,7 +278,8 @@ class OptunaSweeper(Sweeper):
         values = self._values(ret)
         if values is None:
             study.tell(trial, state=states.FAIL)
-            log.warning("trial %d failed: %s", trial.number, _describe(ret, job_outcome(ret)[1]))
+            log.warning("trial %d failed: returned %r, not a finite number (is optimized_metric "
+                        "logged?)", trial.number, value)  # fmt: skip
             return False
         study.tell(trial, values if len(values) > 1 else values[0])
         return True
@@ -377,10 +374,3 @@ def _format(value: Any) -> str:
     if isinstance(value, str) and any(c in value for c in " ,=()'\""):
         return repr(value)
     return str(value)
-
-
-def _describe(ret, value) -> str:
-    if ret.status != JobStatus.COMPLETED:
-        err = job_outcome(ret)[1]
-        return f"{type(err).__name__}: {one_line(err, last=True)}"
-    return f"returned {value!r}, not a finite number (is optimized_metric logged?)"

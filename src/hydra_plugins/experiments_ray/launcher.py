@@ -66,12 +66,6 @@ ConfigStore.instance().store(
 )
 
 
-def _lost_errors(ray) -> tuple[type[BaseException], ...]:
-    e = ray.exceptions
-    return (e.WorkerCrashedError, e.NodeDiedError, e.OutOfMemoryError, e.ObjectLostError,
-            e.LocalRayletDiedError)  # fmt: skip
-
-
 def job(
     hydra_context, task_function, config: DictConfig, singleton_state, cwd: str, lost: str | None
 ) -> JobReturn:
@@ -171,6 +165,9 @@ class RayLauncher(Launcher):
             start(k, 0)
         results: list[JobReturn | None] = [None] * len(configs)
         retries = int(s.get("lost_retries") or 0)
+        e = ray.exceptions  # a job's worker or node died, or Ray's memory monitor killed it
+        lost_errors = (e.WorkerCrashedError, e.NodeDiedError, e.OutOfMemoryError,
+                       e.ObjectLostError, e.LocalRayletDiedError)  # fmt: skip
         while pending:
             # a bounded wait: a signal's handler runs between two waits at the latest
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
@@ -182,7 +179,7 @@ class RayLauncher(Launcher):
                 self._running.pop(ref, None)
             try:
                 results[k] = ray.get(ref)
-            except _lost_errors(ray) as err:
+            except lost_errors as err:
                 reason = _first_line(err)
                 cfg = configs[k]
                 if attempt < retries:
@@ -193,7 +190,7 @@ class RayLauncher(Launcher):
                 else:
                     lost = f"lost {attempt + 1} time{'s' if attempt else ''}, last: {reason}"
                     results[k] = self._recorded_failure(cfg, lost)
-            except ray.exceptions.RayError as err:  # the task could not run at all
+            except e.RayError as err:  # the task could not run at all
                 results[k] = self._recorded_failure(configs[k], _first_line(err))
         return results
 
