@@ -36,9 +36,10 @@ from hydra.errors import HydraException
 from experiments.errors import UserError, one_line
 from experiments.recorded import CONF_DIR, CONFIG_PATH_ENV, config_dirs, shown
 from experiments.recorded.allowlist import TRUSTED_ENV, is_trusted
-from experiments.runs.files import parse_yaml, read_text, read_yaml
+from experiments.runs.files import parse_yaml, read_text
 from experiments.runs.layout import RunDir
 from experiments.runs.provenance import is_control
+from experiments.runs.resume import saved_overrides
 from experiments.secrets import is_secret_key
 
 # overrides that say where a run went or what it resumed, not what it computed: dropped
@@ -68,15 +69,8 @@ def read_overrides(path: str | Path, searchpath: Sequence[Path] = ()) -> list[st
     """
     path = Path(path)
     roots = (CONF_DIR, *config_dirs(), *searchpath)
-    entries = read_yaml(path, kind=list)
     kept = []
-    for number, entry in enumerate(entries, 1):
-        if not isinstance(entry, str):
-            raise UserError(
-                f"{path}: entry {number} is a {type(entry).__name__}, expected a key=value "
-                f"string (refused before anything runs); restore the file from the run's "
-                f"command, or start a new run"
-            )
+    for number, entry in enumerate(saved_overrides(path), 1):
         key = check_override(entry, f"{path}: entry {number} {shown(entry)}", roots)
         if key not in NOT_REPLAYED:
             kept.append(entry)

@@ -104,6 +104,11 @@ def sidecar_epoch(sidecar: dict) -> int:
     return epoch if sidecar.get("epoch_base") == 1 else epoch + 1
 
 
+def sidecar_epoch_or_none(sidecar: dict) -> int | None:
+    """``sidecar_epoch``, or None when the sidecar records no epoch (none, or an old one)."""
+    return sidecar_epoch(sidecar) if "epoch" in sidecar else None
+
+
 def read_sidecar(path: Path) -> dict:
     """A checkpoint's ``.json`` sidecar (``best.json``/``last.json``) read as data, with the
     fields training reads (``SIDECAR_TYPES``) checked for type; ``{}`` when there is none.
@@ -159,20 +164,20 @@ class RunDir:
         object.__setattr__(self, "path", Path(self.path))
 
     checkpoints = _at(CHECKPOINTS)
-    last_ckpt = _at(CHECKPOINTS, LAST_CKPT)  # the newest full checkpoint (resume reads it)
+    last_ckpt = _at(CHECKPOINTS, LAST_CKPT)
     best_json = _at(CHECKPOINTS, BEST_SIDECAR)
     last_json = _at(CHECKPOINTS, f"last{SIDECAR_SUFFIX}")
     manifest = _at(MANIFEST)
     metrics = _at(METRICS)
-    previous_metrics = _at("metrics.previous.json")  # where a resume to train on moves metrics
+    previous_metrics = _at("metrics.previous.json")
     eval_metrics = _at(EVAL_METRICS)
     calibration = _at(CALIBRATION)
     reliability_png = _at(RELIABILITY)
     export_report = _at(EXPORT_REPORT)
     model_card = _at(MODEL_CARD)
     predictions = _at(PREDICTIONS)
-    data_counts = _at("data_counts.json")  # images per class and split, for the model card
-    data_stats = _at("data_stats.json")  # the per-channel mean and std of data.mean=auto
+    data_counts = _at("data_counts.json")
+    data_stats = _at("data_stats.json")
     cv_report = _at("cv.md")  # a cross-validated run's folds side by side
     csv_metrics = _at(*CSV_LOG)
     env = _at(ENV)
@@ -302,7 +307,7 @@ class SweepDir:
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
 
-    sweep_file = _at(SWEEP_MANIFEST)  # the fixed overrides, the search space, the config's hash
+    sweep_file = _at(SWEEP_MANIFEST)
     summary_md = _at("summary.md")
     summary_csv = _at("summary.csv")
     parallel_png = _at("parallel.png")  # every finished job as a line across the swept keys
@@ -319,9 +324,6 @@ class SweepDir:
     def job_files(self) -> list[Path]:
         """The records of the jobs that ended, sorted by path."""
         return sorted(self.path.glob(f"*/{JOB_FILE}"))
-
-    def has_jobs(self) -> bool:
-        return any(self.path.glob(f"*/{JOB_FILE}"))
 
 
 def run_folders(root: Path) -> Iterator[tuple[Path, set[str]]]:

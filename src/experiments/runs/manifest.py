@@ -41,15 +41,6 @@ SKIPPED_NAMES = frozenset({MANIFEST, NOTES})  # notes: a user's annotation, adde
 CHUNK = 1 << 20
 
 
-def _listed(path: Path) -> bool:
-    name = path.name
-    return not (
-        name in SKIPPED_NAMES
-        or name.endswith((".log", ".tmp", ".lock", "-journal"))
-        or name.startswith(".write-check.")
-    )
-
-
 def artifacts(folder: Path) -> Iterable[Path]:
     """The files a manifest of ``folder`` lists, relative to it, in a stable order.
 
@@ -63,12 +54,15 @@ def artifacts(folder: Path) -> Iterable[Path]:
         own = [d for d in dirs if (here / d / MANIFEST).exists()]
         skip = (*SKIPPED_DIRS, *own)
         dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith(FOLD_PREFIX))
-        listed = [here / n for n in files if _listed(here / n)]
-        if here == folder:
-            listed = [p for p in listed if p.name != JOB_FILE]
+        skipped = {*SKIPPED_NAMES, JOB_FILE} if here == folder else SKIPPED_NAMES
+        listed = [here / n for n in files if n not in skipped and not _temporary(n)]
         listed += [here / d / JOB_FILE for d in own if (here / d / JOB_FILE).is_file()]
         for path in sorted(listed):
             yield path.relative_to(folder)
+
+
+def _temporary(name: str) -> bool:
+    return name.endswith((".log", ".tmp", ".lock", "-journal")) or name.startswith(".write-check.")
 
 
 def digest(path: Path) -> dict:
@@ -200,12 +194,10 @@ def check_tree(folder: str | os.PathLike) -> list[Integrity]:
 
 
 def refresh(folder: str | os.PathLike, before: Integrity) -> Path | None:
-    """Update ``folder``'s manifest after a command wrote into it: a file that changed (or
-    appeared, or went) since ``before`` -- the check made when the command opened the run
-    -- was written by the command and gets a new entry; every other entry stays as it was.
-    So a file that was already modified, missing or added before the command keeps being
-    reported, however the command was told to trust it.
-
+    """Update ``folder``'s manifest after a command wrote into it: a file that changed,
+    appeared or went since ``before`` (the check made when the command opened the run) was
+    written by the command and gets a new entry; every other entry stays as it was, so a file
+    modified before the command keeps being reported, however the command was told to trust it.
     A folder without a manifest (an older run) gets none: nothing was checked, so a new one
     would vouch for files nobody compared. Returns the manifest, or None.
     """

@@ -104,7 +104,7 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
     # the run's files are data: a corrupt one is one line before Hydra rewrites .hydra/ in
     # the run (what each entry may do is checked by experiments.config.replay, which the
     # precheck runs on the resolved run before anything composes them)
-    before = saved_overrides(run)
+    before = saved_overrides(run.saved_overrides)
     for sidecar in run.sidecars():
         read_sidecar(sidecar)
     if process_rank() == 0:  # the other ranks of a DDP run share rank 0's lock
@@ -123,19 +123,20 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
     return kept + mine + [f"resume={run.path}", f"hydra.run.dir={run.path}"]
 
 
-def saved_overrides(run: RunDir) -> list[str]:
-    """The run's ``.hydra/overrides.yaml`` as a list of strings, read as data.
+def saved_overrides(path: Path) -> list[str]:
+    """A run's ``.hydra/overrides.yaml`` as a list of strings, read as data (what each entry
+    may do is ``experiments.recorded.replay``'s check).
 
     Raises:
         UserError: one line naming the file: missing, corrupt, an alias bomb, not a list
             of strings.
     """
-    entries = read_yaml(run.saved_overrides, kind=list)
+    entries = read_yaml(path, kind=list)
     for number, entry in enumerate(entries, 1):
         if not isinstance(entry, str):
             raise UserError(
-                f"{run.saved_overrides}: entry {number} is a {type(entry).__name__}, expected "
-                f"a key=value string; restore the file, or start a new run"
+                f"{path}: entry {number} is a {type(entry).__name__}, expected a key=value "
+                f"string; restore the file from the run's command, or start a new run"
             )
     return entries
 

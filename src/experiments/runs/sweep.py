@@ -80,7 +80,7 @@ def claim(sweep_dir: Path, mine: Manifest, force: bool) -> bool:
     sweep_dir = Path(sweep_dir)
     path = SweepDir(sweep_dir).sweep_file
     theirs = _read(path) if path.is_file() else None
-    if theirs is None and SweepDir(sweep_dir).has_jobs():
+    if theirs is None and SweepDir(sweep_dir).job_files():
         raise UserError(
             f"hydra.sweep.dir={sweep_dir} holds jobs of a sweep with no {SWEEP_MANIFEST} (made "
             f"before sweeps had one); choose another hydra.sweep.dir"
