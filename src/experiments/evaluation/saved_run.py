@@ -13,7 +13,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 from omegaconf import OmegaConf
 from torchvision.transforms import v2
@@ -39,7 +38,7 @@ from experiments.runs import manifest
 from experiments.runs.files import read_json_object
 from experiments.runs.layout import RunDir, checkpoint_label, own_role, sidecar_epoch, sidecar_of
 from experiments.runs.weights import load_state_dict_file
-from experiments.training.build import cluster_plugins, model_extras
+from experiments.training.build import model_extras, one_device_trainer, require_gpu
 from experiments.training.model_card import write_model_card
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,6 @@ class SavedRun:
     """A run folder made by ``python -m experiments.train``.
 
     Args:
-        run_dir: the folder.
         ckpt: ``best``, ``last`` (the run's ``.safetensors``, an older run's ``.pt``) or a
             weights-only ``.safetensors`` / ``.pt`` file.
         overrides: ``key=value`` changes to the saved config (keys must exist; ``+key``
@@ -133,13 +131,11 @@ class SavedRun:
             read_stats(Path(stats))  # a corrupt file is one line now, not in a data loader
 
     def refresh_manifest(self) -> Path | None:
-        """Record in the run's ``manifest.json`` the files the command wrote since the run
-        was opened (``runs.manifest.refresh``); call it after the command's last write."""
+        """Add the files written since the run was opened to its manifest (after the last write)."""
         return manifest.refresh(self.path, self.integrity)
 
     def finish(self) -> None:
-        """After a command's last write: ``model_card.md`` again, with what the command
-        added, then ``refresh_manifest``."""
+        """After a command's last write: ``model_card.md`` again, then ``refresh_manifest``."""
         write_model_card(self.path)
         self.refresh_manifest()
 
@@ -150,7 +146,6 @@ class SavedRun:
 
     @property
     def ckpt_name(self) -> str:
-        """The checkpoint as run files record it (``RunDir.checkpoint_name``)."""
         return self.layout.checkpoint_name(self.ckpt)
 
     @property
@@ -214,10 +209,9 @@ class SavedRun:
         return None if node is None else allowlist.build(node, "transform", f"data.{key}")
 
     def image_reader(self, in_shape: Sequence[int]) -> Callable[[Path], torch.Tensor]:
-        """A function from one image file to the net's input ``(C, H, W)`` as the run's eval
-        data makes it, before ``normalize``: the dataset's own reader (``read_image``) in the
-        mode of ``in_shape``'s channels, at the size images had in training
-        (``data.image_size``, else ``in_shape``'s), then ``data.eval_transform``.
+        """One image file to the net's input ``(C, H, W)`` as the run's eval data makes it, before
+        ``normalize``: the dataset's own ``read_image`` in ``in_shape``'s channel mode, at the
+        training size (``data.image_size``, else ``in_shape``'s), then ``data.eval_transform``.
 
         Raises:
             UserError: (when called) an unreadable image, or one the transform does not make
@@ -226,7 +220,9 @@ class SavedRun:
         in_shape = tuple(int(v) for v in in_shape)
         mode = {1: "L", 3: "RGB"}[in_shape[0]]
         size = tuple(self.data_cfg.get("image_size") or in_shape[1:])  # (H, W)
-        transform = self.transform("eval_transform") or _to_tensor()
+        transform = self.transform("eval_transform") or v2.Compose(
+            [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
+        )
 
         def read(path: Path) -> torch.Tensor:
             x = transform(read_image(path, mode, size))
@@ -242,23 +238,19 @@ class SavedRun:
 
     @cached_property
     def input_stats(self) -> tuple[list[float], list[float]] | None:
-        """``(mean, std)`` that ``normalize`` applies, or None.
+        """``(mean, std)`` the run trained with (``data_stats.json`` for ``data.mean=auto``,
+        never recomputed) that ``normalize`` applies, or None.
 
         Raises:
             UserError: ``data.mean=auto`` and the run's statistics file is not there.
         """
-        # the statistics the run trained with (data_stats.json for `auto`), never recomputed
         mean, std = self.data_cfg.get("mean"), self.data_cfg.get("std")
         stats_file = self.data_cfg.get("stats_file") if mean == "auto" else None
         return resolve_stats(mean, std, stats_file, train_split=None)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """A batch ``(B, C, H, W)`` from ``image_reader`` normalized as the data module
-        normalizes its batches, with the statistics the run trained with.
-
-        Raises:
-            UserError: ``data.mean=auto`` and the run's statistics file is not there.
-        """
+        normalizes its batches, with ``input_stats`` (and its ``UserError``)."""
         stats = self.input_stats
         return x if stats is None else normalize(x, *stats)
 
@@ -294,15 +286,13 @@ class SavedRun:
 
     @cached_property
     def net(self) -> torch.nn.Module:
-        """The plain net with the checkpoint's weights, in eval mode."""
         dm = self.datamodule
         return self.net_for(dm.input_shape, dm.num_classes)
 
     @property
     def classifier(self) -> bool:
         """Whether the run trained an image classifier (a ``model.net`` in our module): what
-        predict, calibrate, export and eval's calibration numbers need. A LightningModule of
-        your own has no ``model.net``."""
+        predict, calibrate, export and eval's calibration numbers need."""
         return "net" in self.model_cfg
 
     @cached_property
@@ -338,11 +328,8 @@ class SavedRun:
         return names
 
     def require_classifier(self, command: str) -> None:
-        """One line for a command that only an image classifier's run can answer.
-
-        Raises:
-            UserError: naming the run's module and what works for it instead.
-        """
+        """Raises ``UserError`` (naming the run's module and what works for it instead) unless
+        the run trained an image classifier, for a ``command`` only such a run can answer."""
         if not self.classifier:
             raise UserError(
                 f"{command} needs an image classifier's run; {self.path} trained "
@@ -375,24 +362,10 @@ class SavedRun:
 
     def trainer(self):
         """A Trainer on one device from ``TRAINER_KEYS`` of the run's trainer section only."""
-        if self.trainer_cfg.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
-            raise UserError(
-                f"trainer.accelerator={self.trainer_cfg['accelerator']}: no CUDA GPU is visible "
-                f"here; add trainer.accelerator=cpu (or auto)"
-            )
+        require_gpu(self.trainer_cfg.get("accelerator"), "; add trainer.accelerator=cpu (or auto)")
         try:
-            return L.Trainer(
-                **self.trainer_cfg,
-                devices=1,
-                num_nodes=1,
-                default_root_dir=str(self.path),
-                callbacks=[],
-                logger=False,
-                plugins=cluster_plugins(),
-                enable_checkpointing=False,
-                enable_progress_bar=False,
-                enable_model_summary=False,
-            )
+            return one_device_trainer(**self.trainer_cfg, default_root_dir=str(self.path),
+                                      logger=False, enable_model_summary=False)  # fmt: skip
         except (ValueError, TypeError) as err:
             raise UserError(f"trainer: {one_line(err)}") from None
 
@@ -424,10 +397,6 @@ class SavedRun:
         """``(mean, std)`` the data module normalizes batches with, or None."""
         stats = getattr(self.datamodule, "stats", None)
         return (list(stats[0]), list(stats[1])) if stats is not None else None
-
-
-def _to_tensor():
-    return v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
 
 
 def _check_override_keys(overrides: Sequence[str]) -> None:

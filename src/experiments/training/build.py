@@ -135,9 +135,10 @@ def callbacks(cfg: DictConfig, with_logger: bool) -> list:
     A callback switched off is not built at all: Lightning calls every hook of every
     callback on every step. The LR monitor needs a logger, so it is left out without one.
     """
-
     built = [
-        _without_switch(c)
+        instantiate(  # without the switch: it is ours, not the callback's
+            {k: v for k, v in OmegaConf.to_container(c, resolve=True).items() if k != "enabled"}
+        )
         for c in (cfg.get("callbacks") or {}).values()
         if c and c.get("enabled", True) is not False
     ]
@@ -165,13 +166,6 @@ def _ema_of_the_model(cfg: DictConfig, built: list) -> list:
     return [WeightAveraging(kind="ema", decay=float(decay))]
 
 
-def _without_switch(node: DictConfig):
-    """Build a callback from its config minus ``enabled`` (the switch is ours, not its)."""
-    plain = OmegaConf.to_container(node, resolve=True)
-    plain.pop("enabled", None)
-    return instantiate(plain)
-
-
 def loggers(cfg: DictConfig, run_dir: Path, resuming: bool) -> list:
     """Every configured logger; a resumed run continues its W&B run."""
     wandb_id = previous_wandb_id(run_dir) if resuming else None
@@ -192,7 +186,10 @@ def loggers(cfg: DictConfig, run_dir: Path, resuming: bool) -> list:
 
 def trainer(cfg: DictConfig, callbacks: list, loggers: list, train_batches: int | None = None):
     """Lightning's Trainer with atomic, weights-only-loadable full checkpoints."""
-    _check_accelerator(cfg)
+    require_gpu(
+        str(cfg.trainer.get("accelerator", "auto")),
+        " (torch.cuda.is_available() is False); use trainer=cpu or trainer.accelerator=auto",
+    )
     built = instantiate(
         cfg.trainer,
         callbacks=callbacks,
@@ -204,14 +201,11 @@ def trainer(cfg: DictConfig, callbacks: list, loggers: list, train_batches: int 
     return built
 
 
-def _check_accelerator(cfg: DictConfig) -> None:
-    """Asking for a GPU on a machine without one is one line (Lightning's is a traceback)."""
-    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+def require_gpu(accelerator: object, way_out: str) -> None:
+    """Asking for a GPU on a machine without one is one line (Lightning's is a traceback),
+    ``way_out`` its end."""
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise UserError(
-            f"trainer.accelerator={accelerator}: no CUDA GPU is visible here "
-            f"(torch.cuda.is_available() is False); use trainer=cpu or trainer.accelerator=auto"
-        )
+        raise UserError(f"trainer.accelerator={accelerator}: no CUDA GPU is visible here{way_out}")
 
 
 def cluster_plugins() -> list:
@@ -244,14 +238,12 @@ def single_device_tester(cfg: DictConfig, trainer, loggers: list):
     repeated samples, so one device scores every test image exactly once."""
     if trainer.world_size <= 1:
         return trainer
-    return L.Trainer(
-        plugins=cluster_plugins(),
-        accelerator=trainer.accelerator,
-        devices=1,
-        num_nodes=1,
-        logger=loggers or False,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        callbacks=[],
-        precision=cfg.trainer.get("precision", "32-true"),
-    )
+    precision = cfg.trainer.get("precision", "32-true")
+    return one_device_trainer(accelerator=trainer.accelerator, logger=loggers or False,
+                              precision=precision)  # fmt: skip
+
+
+def one_device_trainer(**options) -> L.Trainer:
+    """A Trainer to test with: one device, no callbacks, checkpoints or progress bar."""
+    return L.Trainer(devices=1, num_nodes=1, callbacks=[], plugins=cluster_plugins(),
+                     enable_checkpointing=False, enable_progress_bar=False, **options)  # fmt: skip
