@@ -38,7 +38,6 @@ def backbone(
 
     Args:
         in_shape: shape of one sample, ``(C, H, W)``.
-        num_classes: size of the new classifier head.
         name: the architecture, e.g. ``resnet18``, ``convnext_nano``, ``efficientnet_b0``.
         library: ``timm`` or ``torchvision``.
         pretrained: None/false for random weights; a path to a weights file

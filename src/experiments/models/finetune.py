@@ -37,27 +37,10 @@ def split_parameters(
     return backbone, head_params
 
 
-def freeze_backbone(net: nn.Module, head: str, frozen: bool, keep: Sequence[str]) -> None:
-    """``requires_grad`` off (on) for every backbone parameter except those under ``keep``
-    (permanently frozen ones stay frozen)."""
-    for name, param in net.named_parameters():
-        if not under(name, [head]) and not under(name, keep):
-            param.requires_grad_(not frozen)
-
-
 def batchnorms_eval(net: nn.Module, head: str) -> None:
     for name, module in net.named_modules():
         if is_batch_norm(module) and not under(name, [head]):
             module.eval()
-
-
-def drop_backbone_grads(net: nn.Module, head: str) -> None:
-    """Under DDP the backbone is frozen by dropping its gradients before the optimizer
-    step (DDP must see every parameter as trainable from the start): an optimizer skips
-    a parameter without a gradient, exactly as if it were frozen."""
-    for name, param in net.named_parameters():
-        if not under(name, [head]):
-            param.grad = None
 
 
 def freeze_for_good(net: nn.Module, prefixes: list[str]) -> None:

@@ -20,7 +20,6 @@ class ConfusionStats(Metric):
     precision / recall. About 20 µs per update on a CPU: no argument validation.
 
     Args:
-        num_classes: K.
         top_k: also count how often the label is among the ``top_k`` highest logits
             (None: not counted).
     """
@@ -149,19 +148,17 @@ def resolve_top_k(top_k, num_classes: int) -> int | None:
 
 
 def log_to_loggers(trainer, values: dict[str, Any], step: int | None = None) -> None:
-    """Hand values straight to every logger and to ``trainer.callback_metrics``, which the
-    progress bar shows and ``metrics.json`` records: per-step values (``train/loss_step``,
-    at ``step``, the one Lightning's own step logging uses) and epoch-level values that
-    nothing monitors (per-class metrics, at the current step). Only rank 0 writes, one row
-    with the ``epoch`` key; epoch-level values must already be the same on every rank (e.g.
-    from a confusion matrix summed over ranks).
+    """Hand values straight to every logger and to ``trainer.callback_metrics`` (the progress
+    bar, ``metrics.json``): per-step values (``train/loss_step``, at ``step``, the one
+    Lightning's own step logging uses) and epoch-level values that nothing monitors (per-class
+    metrics, at the current step), which must already be the same on every rank. Only rank 0
+    writes, one row with the ``epoch`` key.
 
     ``self.log`` costs ~1.5 ms per call on a CPU, mostly Lightning re-homing its result
-    object (a walk of its ``__dict__``) on every call: ~150 µs a step at
-    ``log_every_n_steps=10`` on a small net, and ~0.3 ms per key even once per epoch (30
-    per-class keys were ~10 % of a short epoch's time). This reads each value once (the host
-    sync Lightning's logging does too).
-    """
+    object (a walk of its ``__dict__``): ~150 µs a step at ``log_every_n_steps=10`` on a
+    small net, and ~0.3 ms per key even once per epoch (30 per-class keys were ~10 % of a
+    short epoch's time). This reads each value once (the host sync Lightning's logging does
+    too)."""
     if trainer is None or not values or trainer.sanity_checking:
         return
     floats = {key: float(value) for key, value in values.items()}

@@ -131,7 +131,6 @@ class ClassificationModule(TaskSteps, L.LightningModule):
         smoothing, tau = float(label_smoothing), logit_adjustment_tau
         self.loss_fn = make_loss(str(loss), smoothing, weights, focal_gamma, class_prior, tau)
         # one metric per stage: their states must not mix (nn.Module owns "train", so no ModuleDict)
-        # training: accuracy and loss as plain sums; val/test: the confusion matrix
         self.train_totals = TrainTotals()
         self.val_stats = ConfusionStats(num_classes, self.top_k)
         self.test_stats = ConfusionStats(num_classes, self.top_k)
@@ -247,7 +246,9 @@ class ClassificationModule(TaskSteps, L.LightningModule):
             frozen = self.current_epoch < self.freeze_backbone_epochs
             self.warming_up = frozen
             if attached_trainer(self) is None or self.trainer.world_size <= 1:
-                finetune.freeze_backbone(self.net, self.head, frozen, self.hparams.freeze)
+                # the parameters frozen for good (model.freeze) stay frozen
+                for param in finetune.split_parameters(self.net, self.head, self.hparams.freeze)[0]:
+                    param.requires_grad_(not frozen)
             if frozen:  # the backbone's BatchNorms in eval mode: no drift of their statistics
                 finetune.batchnorms_eval(self.net, self.head)
             else:
@@ -260,8 +261,12 @@ class ClassificationModule(TaskSteps, L.LightningModule):
         return self
 
     def on_before_optimizer_step(self, optimizer) -> None:
+        # under DDP the backbone is frozen by dropping its gradients before the step (DDP
+        # must see every parameter as trainable from the start): an optimizer skips a
+        # parameter without a gradient, exactly as if it were frozen
         if self.warming_up and self.trainer.world_size > 1:
-            finetune.drop_backbone_grads(self.net, self.head)
+            for param in finetune.split_parameters(self.net, self.head)[0]:
+                param.grad = None
 
     def on_validation_epoch_start(self) -> None:
         self._registered.discard("val")

@@ -26,11 +26,15 @@ def conv_bn_relu(
     ]
 
 
+def double_conv(c_in: int, c_out: int) -> nn.Sequential:
+    """Two conv3x3-BN-ReLU layers: a residual block's body, a U-Net stage."""
+    return nn.Sequential(*conv_bn_relu(c_in, c_out), *conv_bn_relu(c_out, c_out))
+
+
 class MLP(nn.Sequential):
     """Flatten -> (Linear -> ReLU [-> Dropout]) per hidden size -> Linear. No softmax.
 
     Args:
-        hidden_sizes: width of each hidden layer.
         dropout: dropout probability after each hidden layer (0 disables it).
     """
 
@@ -116,9 +120,7 @@ class Residual(nn.Module):
 
     def __init__(self, channels: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(
-            *conv_bn_relu(channels, channels), *conv_bn_relu(channels, channels)
-        )
+        self.body = double_conv(channels, channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, c, h, w) -> (B, c, h, w)
         return x + self.body(x)

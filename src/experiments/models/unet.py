@@ -11,17 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from experiments.config.hints import Ge
-
-
-def _block(cin: int, cout: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Conv2d(cin, cout, 3, padding=1, bias=False),
-        nn.BatchNorm2d(cout),
-        nn.ReLU(inplace=True),
-        nn.Conv2d(cout, cout, 3, padding=1, bias=False),
-        nn.BatchNorm2d(cout),
-        nn.ReLU(inplace=True),
-    )
+from experiments.models.nets import double_conv
 
 
 class UNet(nn.Module):
@@ -48,13 +38,15 @@ class UNet(nn.Module):
         self.depth = int(depth)
         widths = [int(width) * 2**i for i in range(self.depth + 1)]
         self.down = nn.ModuleList(
-            [_block(in_channels, widths[0])]
-            + [_block(widths[i], widths[i + 1]) for i in range(self.depth)]
+            [double_conv(in_channels, widths[0])]
+            + [double_conv(widths[i], widths[i + 1]) for i in range(self.depth)]
         )
         self.up = nn.ModuleList(
             [nn.ConvTranspose2d(widths[i + 1], widths[i], 2, stride=2) for i in range(self.depth)]
         )
-        self.merge = nn.ModuleList([_block(2 * widths[i], widths[i]) for i in range(self.depth)])
+        self.merge = nn.ModuleList(
+            [double_conv(2 * widths[i], widths[i]) for i in range(self.depth)]
+        )
         self.head = nn.Conv2d(widths[0], num_classes, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,6 @@ log = logging.getLogger(__name__)
 
 # wrappers around a net's own keys in files made by common tools
 _WRAPPERS = ("state_dict", "model", "model_state_dict", "net")
-_KEY_PREFIXES = ("_orig_mod.", "module.")
 
 
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
@@ -32,12 +31,7 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
     ):
         raise UserError(f"weights file {path} is not a state_dict (a dict of name -> tensor)")
-    clean = {}
-    for key, value in obj.items():
-        for prefix in _KEY_PREFIXES:
-            key = key.replace(prefix, "")
-        clean[key] = value
-    return clean
+    return {k.replace("_orig_mod.", "").replace("module.", ""): v for k, v in obj.items()}
 
 
 def adapt_channels(weight: torch.Tensor, channels: int) -> torch.Tensor:
