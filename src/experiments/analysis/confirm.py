@@ -93,11 +93,9 @@ class Confirmation:
 
 def new_folder(base: Path) -> Path:
     """``<base>-confirm`` next to ``base``, or ``-confirm-2``, ... : never an existing one."""
-    folder = base.parent / f"{base.name}-confirm"
-    n = 2
+    folder, n = base.parent / f"{base.name}-confirm", 2
     while folder.exists():
-        folder = base.parent / f"{base.name}-confirm-{n}"
-        n += 1
+        folder, n = base.parent / f"{base.name}-confirm-{n}", n + 1
     return folder
 
 

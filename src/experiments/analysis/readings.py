@@ -118,8 +118,9 @@ def select(run: Run, metric: str) -> Value | str:
             return Value(at, "best", epoch)
     if metric not in run.metrics:
         return f"{METRICS} has no {metric}"
-    if number(value) is None:
-        return f"{metric} is {_short(value)} in {METRICS}, not a finite number"
+    if number(value) is None:  # the value from the file, repr'd (control characters escaped), cut
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return f"{metric} is {shown} in {METRICS}, not a finite number"
     if not metric.startswith(PER_EPOCH):
         return Value(float(value), "", None)
     if metric.startswith("test/") and epoch is not None:
@@ -174,8 +175,7 @@ def group_config(
         ignore: more dotted keys to leave out (each with everything under it).
 
     Returns:
-        ``{"optimizer.lr": 0.01, ...}`` without the keys of the module's grouping rule and
-        without replicate keys (``seed``, ``*.seed``, ``*_seed``: see ``replicates``).
+        ``{"optimizer.lr": 0.01, ...}`` less the keys the grouping rule leaves out.
     """
     dirs = tuple(d for d in run_dirs if len(d) > 1)
     ignored = set(IGNORED_SECTIONS) | {k.strip() for k in ignore if k.strip()}
@@ -192,8 +192,7 @@ def group_config(
 
 
 def replicates(config: dict[str, Any]) -> dict[str, Any]:
-    """The keys of a saved config that only replicate a run (the one rule:
-    ``experiments.tracking.importance.is_replicate``), as ``{dotted key: value}``."""
+    """The keys of a saved config that only replicate a run (``importance.is_replicate``)."""
     leaves = dotted_leaves(config, lambda dotted, key, value: dotted in ("paths", "hydra"))
     return {dotted: value for dotted, value in leaves if is_replicate(dotted)}
 
@@ -352,11 +351,8 @@ def _read_run(path: Path, metric: str | None, configs: Configs) -> Run | str:
     others = {k: v for k, v in saved.replicates.items() if k != "seed"}
     found = Run(path, metrics, saved.config, {"seed": metrics.get("seed"), **others},
                 saved.optimized, best)  # fmt: skip
-    if metric is not None:
-        value = select(found, metric)
-        if isinstance(value, str):
-            return value
-    return found
+    why = select(found, metric) if metric is not None else None
+    return why if isinstance(why, str) else found
 
 
 def without_folder(reason: str, path: Path) -> str:
@@ -366,12 +362,6 @@ def without_folder(reason: str, path: Path) -> str:
         if reason.startswith(folder + os.sep):
             return reason[len(folder) + 1 :]
     return reason
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    """A value from a file, for a one-line reason: repr'd (control characters escaped), cut."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _scalar(text: str) -> Any:

@@ -28,15 +28,13 @@ EVALUATORS = {
         "mean decrease impurity (optuna.importance.MeanDecreaseImpurityImportanceEvaluator)"
     ),
 }
-# keys that only replicate a setting: never a hyperparameter (no importance, no axis in the
-# plots; a contour between seed 0 and seed 1 means nothing)
-REPLICATE_KEYS = frozenset({"seed", "+seed"})
 
 
 def is_replicate(key: str) -> bool:
-    """``seed`` (any section's, e.g. ``data.split_seed``) replicates a run; not a setting."""
+    """``seed`` (any section's, e.g. ``data.split_seed``) replicates a run; not a setting: no
+    importance, no axis in the plots (a contour between seed 0 and seed 1 means nothing)."""
     name = key.lstrip("+~").rsplit(".", 1)[-1]
-    return key in REPLICATE_KEYS or name == "seed" or name.endswith("_seed")
+    return name == "seed" or name.endswith("_seed")
 
 
 def swept(rows: list[dict[str, Any]], metric: str) -> tuple[list[dict], list[str]]:

@@ -169,12 +169,8 @@ def _metric(config) -> tuple[str, str]:
 
 def show_summary(sweep_dir: Path, rows: list) -> None:
     if rows:
-        log.info(
-            "sweep summary (%d jobs): %s\n%s",
-            len(rows),
-            SweepDir(sweep_dir).summary_md,
-            SweepDir(sweep_dir).summary_md.read_text(),
-        )
+        md = SweepDir(sweep_dir).summary_md
+        log.info("sweep summary (%d jobs): %s\n%s", len(rows), md, md.read_text())
 
 
 def record_interrupted(config: DictConfig, reason: str) -> None:

@@ -62,14 +62,11 @@ def wandb_logger(
     """Build Lightning's ``WandbLogger`` with the mode resolved and no interactive prompts.
 
     Args:
-        project: W&B project.
         entity: W&B team or user; None uses the account's default.
         group: groups runs in the UI; in a sweep, the sweep's name (set by config).
         name: run name; in a sweep, the job's overrides. Empty or None: W&B picks one.
-        tags: run tags.
         mode: ``auto`` (online with a key, else offline), ``online``, ``offline``, ``disabled``.
         save_dir: parent of the ``wandb/`` folder (the run dir).
-        job_type: W&B job type.
         log_checkpoints: upload the best/last weights (+ sidecars) as a model artifact at the end.
         run_id: continue this W&B run (set by ``resume=``).
     """

@@ -3,7 +3,7 @@
 A record holds what the notebook shows and queries: status (finished, running, failed,
 broken) and why, kind (a single run, a sweep's job, a cross-validated run), tags and note,
 start time and duration, the overrides and the group choices (``data=digits``), the grouping
-config (compare's rule: ``analysis.runs.group_config``), the metrics at the run's selected
+config (compare's rule: ``analysis.readings.group_config``), the metrics at the run's selected
 epoch and a few learning curves.
 
 The cache (``<outputs>/.runs-index.json``) keys each record by the ``(mtime, size)`` of every
@@ -93,7 +93,7 @@ def signature(folder: Path) -> list:
 
 
 class Reader:
-    """Reads run folders into records, parsing each distinct config text once."""
+    """Reads run folders into records (the module docstring says what a record holds)."""
 
     def __init__(self) -> None:
         self.configs: dict[str, dict] = {}  # id -> {"config", "replicates", "optimized", "tags"}
@@ -124,7 +124,8 @@ class Reader:
         launched = config["tags"] if config else []
         record["tags"], record["note"] = merge_tags(launched, notes), notes.get("note", "")
         try:
-            record["overrides"] = _overrides(run)
+            overrides = read_yaml(run.saved_overrides, [], kind=list)
+            record["overrides"] = [str(o) for o in overrides if isinstance(o, str | int | float)]
         except UserError as err:
             reasons.append(without_folder(one_line(err), folder))
         record["choices"] = self._group_choices(run, reasons)
@@ -281,11 +282,6 @@ def _unfinished(run: RunDir) -> str:
     return f"no {METRICS} and no process training it (stopped before its first checkpoint)"
 
 
-def _overrides(run: RunDir) -> list[str]:
-    data = read_yaml(run.saved_overrides, [], kind=list)
-    return [str(o) for o in data if isinstance(o, str | int | float)]
-
-
 def _mtime(path: Path) -> float | None:
     try:
         return os.stat(path).st_mtime
@@ -376,12 +372,9 @@ def _load(path: Path) -> tuple[dict, dict]:
     except (UserError, ValueError, RecursionError) as err:
         log.warning("%s: %s; reading every run again", path, one_line(err))
         return {}, {}
-    if not isinstance(data, dict) or data.get("version") != INDEX_VERSION:
-        return {}, {}
-    entries, configs = data.get("entries"), data.get("configs")
-    if not isinstance(entries, dict) or not isinstance(configs, dict):
-        return {}, {}
-    return entries, configs
+    if _shaped(data, {"entries": dict, "configs": dict}) and data.get("version") == INDEX_VERSION:
+        return data["entries"], data["configs"]
+    return {}, {}
 
 
 _TYPES = {

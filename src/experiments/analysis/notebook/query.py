@@ -44,8 +44,7 @@ _TOKEN = re.compile(
 
 
 def frame(index: Index) -> pd.DataFrame:
-    """One row per run of ``index``: the fixed columns, then the metrics at each run's
-    selected epoch (its optimized metric first), the group choices and the grouping config."""
+    """One row per run of ``index``, in the columns ``find_runs`` returns (unsorted)."""
     rows, metrics, choices, keys = [], {}, {}, {}
     for record in index.records:
         config = index.config(record)
@@ -132,7 +131,6 @@ def _higher_is_better(df: pd.DataFrame, column: str) -> bool:
 
 
 def optimized_pairs(df: pd.DataFrame) -> list[tuple]:
-    """``(optimized_metric, optimized_mode)`` of each run of ``df``."""
     if "optimized_metric" not in df or "optimized_mode" not in df:
         return []
     return list(zip(df["optimized_metric"], df["optimized_mode"], strict=True))

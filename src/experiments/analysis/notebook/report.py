@@ -3,8 +3,8 @@ and runs no code from a run folder.
 
 What is on it: a sortable, filterable table of the runs; the learning curves of the runs
 ticked in the table (the best ten by default), overlaid; the runs grouped by config with
-mean and 95% interval, computed here by ``analysis.stats.summarize``, the same function
-compare uses; the config diff of any two runs; per sweep, the importance of each swept key
+mean and 95% interval, computed here by ``analysis.significance.summarize``, the same
+function compare uses; the config diff of any two runs; per sweep, the importance of each swept key
 (Optuna's where the sweeper recorded it, else the spread ``tracking.importance`` computes)
 and a parallel-coordinates plot.
 
@@ -112,7 +112,8 @@ def page_data(root: str | os.PathLike, where: str | None = None, title: str = ""
     records = {r["name"]: r for r in index.records}
     metrics = main_metrics(df)[:MAX_METRICS]
     choices = [c for c in df.columns if c in {k for r in index.records for k in r["choices"]}]
-    config_keys = [c for c in df.columns if "." in c or c in _top_level_keys(index)]
+    top_level = {k for c in index.configs.values() for k in c.get("config", {}) if "." not in k}
+    config_keys = [c for c in df.columns if "." in c or c in top_level]
     differing = varying(df, choices + config_keys)[:MAX_KEYS]
     columns = [*FIRST, *metrics, *differing, "reason"]
     rows = [[_plain(v) for v in row] for row in df[columns].itertuples(index=False)]
@@ -147,18 +148,13 @@ def page_data(root: str | os.PathLike, where: str | None = None, title: str = ""
     }
 
 
-def _top_level_keys(index) -> set[str]:
-    return {k for c in index.configs.values() for k in c.get("config", {}) if "." not in k}
-
-
 def groups(df, metrics: list[str], keys: list[str], configs: dict[str, dict]) -> dict:
     """Per metric and per way of grouping (``config``: compare's grouping, every config key
     apart from seeds and locations; or one key): the groups with n, mean, std and the 95%
-    interval from ``analysis.stats.summarize`` (the statistics compare reports).
+    interval (``significance.summarize``, as compare).
 
     Args:
         df: the finished runs.
-        metrics: the metrics to summarize.
         keys: the choices and config keys that differ between runs (the ways to group).
         configs: each run's grouping config by its name.
     """
