@@ -296,21 +296,13 @@ def _compare_options(options: dict) -> dict:
 
 compare = Command(
     COMPARE_USAGE,
-    {
-        "run_dir": [],
-        "metric": AUTO,
-        "mode": AUTO,
-        "out": "",
-        "ignore": "",
-        "latex": "false",
-        "confirm_top_k": AUTO,
-        "confirm_seeds": AUTO,
-    },  # fmt: skip
+    {"run_dir": [], "metric": AUTO, "mode": AUTO, "out": "", "ignore": "", "latex": "false",
+     "confirm_top_k": AUTO, "confirm_seeds": AUTO},
     "experiments.analysis.comparison",
     overrides=False,
     many=True,
     typed=_compare_options,
-)
+)  # fmt: skip
 
 
 CONFIG_DIR_FLAGS = ("-cd", "--config-dir")

@@ -42,12 +42,9 @@ class Composer:
     def compose(self, overrides: list[str]) -> DictConfig:
         """The whole config, ``hydra`` node included, composed for a single run."""
         return self.hydra.compose_config(
-            config_name=self.config_name,
-            overrides=list(overrides),
-            run_mode=RunMode.RUN,
-            from_shell=True,
-            with_log_configuration=False,
-        )
+            config_name=self.config_name, overrides=list(overrides), run_mode=RunMode.RUN,
+            from_shell=True, with_log_configuration=False,
+        )  # fmt: skip
 
 
 def task_view(full: DictConfig) -> DictConfig:
@@ -73,16 +70,11 @@ def run_composed(composer: Composer, full: DictConfig, task_function: Callable) 
             full.hydra.mode = RunMode.RUN
         callbacks = Callbacks(full)
         callbacks.on_run_start(config=full, config_name=composer.config_name)
+        context = HydraContext(config_loader=composer.hydra.config_loader, callbacks=callbacks)
         result = run_job(
-            hydra_context=HydraContext(
-                config_loader=composer.hydra.config_loader, callbacks=callbacks
-            ),
-            task_function=task_function,
-            config=full,
-            job_dir_key="hydra.run.dir",
-            job_subdir_key=None,
-            configure_logging=True,
-        )
+            hydra_context=context, task_function=task_function, config=full,
+            job_dir_key="hydra.run.dir", job_subdir_key=None, configure_logging=True,
+        )  # fmt: skip
         callbacks.on_run_end(config=full, config_name=composer.config_name, job_return=result)
         return result.return_value  # raises what the task raised
 

@@ -115,10 +115,7 @@ class OptunaSweeperConf:
 
 
 ConfigStore.instance().store(
-    group="hydra/sweeper",
-    name="experiments_optuna",
-    node=OptunaSweeperConf,
-    provider="experiments",
+    group="hydra/sweeper", name="experiments_optuna", node=OptunaSweeperConf, provider="experiments"
 )
 
 
@@ -326,13 +323,9 @@ class OptunaSweeper(Sweeper):
                 direction=DIRECTIONS[self.settings.get("direction", "maximize")],
                 best_value=best.value, best_params=best.params, best_trial=best.number,
             )  # fmt: skip
-            log.info(
-                "best %s = %.4f with %s (%s)",
-                self.config.get("optimized_metric", "value"),
-                best.value,
-                best.params,
-                ", ".join(f"{v} {k}" for k, v in counts.items()),
-            )
+            ended_as = ", ".join(f"{v} {k}" for k, v in counts.items())
+            log.info("best %s = %.4f with %s (%s)", self.config.get("optimized_metric", "value"),
+                     best.value, best.params, ended_as)  # fmt: skip
         OmegaConf.save(OmegaConf.create(result), sweep_dir / "optimization_results.yaml")
 
 
@@ -346,7 +339,6 @@ def _distribution(override: Override):
     import optuna.distributions as d  # lazy: see the top
 
     value = override.value()
-    key = override.get_key_element()
     if isinstance(value, ChoiceSweep):
         # Optuna stores only primitives: lists/dicts travel as their override text
         return d.CategoricalDistribution([_choice(v) for v in value.list])
@@ -357,6 +349,7 @@ def _distribution(override: Override):
         if isinstance(value.start, int) and isinstance(value.end, int):
             return d.IntDistribution(value.start, value.end, log=log_scale)
         return d.FloatDistribution(value.start, value.end, log=log_scale)
+    key = override.get_key_element()
     raise ValueError(f"{key}: use interval(...), choice(...) or range(...) in a search space")
 
 

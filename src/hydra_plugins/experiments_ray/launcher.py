@@ -82,12 +82,9 @@ def job(
     if lost:
         os.environ[LOST_ENV] = lost
     return run_job(
-        hydra_context=hydra_context,
-        task_function=task_function,
-        config=config,
-        job_dir_key="hydra.sweep.dir",
-        job_subdir_key="hydra.sweep.subdir",
-    )
+        hydra_context=hydra_context, task_function=task_function, config=config,
+        job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
+    )  # fmt: skip
 
 
 class RayLauncher(Launcher):
