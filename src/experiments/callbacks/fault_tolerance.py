@@ -159,10 +159,7 @@ class FaultTolerance(L.Callback):
         return pending if pending is not None and not pending.finite() else None
 
     def _raise_if_not_finite(self) -> None:
-        """Raise for a non-finite loss of the step whose flag is pending (if any).
-
-        The check is read one step late (or at once before anything is written), so the
-        device is never stalled to learn that a loss was finite."""
+        """Raise for a non-finite loss of the step whose flag is pending (if any)."""
         pending = self._take_non_finite()
         if pending is not None:
             raise Diverged(

@@ -49,14 +49,12 @@ class _FetchClock:
 class Profiling(L.Callback):
     """Profile one training epoch and say whether data loading or compute dominates.
 
-    While the profiled epoch runs, it times the gap between the end of one step and the
-    start of the next (fetching and moving the next batch: the data wait) against the
-    time inside each step (forward, backward, optimizer), and runs ``torch.profiler``
-    with a wait/warmup/active schedule. At the end of the epoch it writes
-    ``trace.json`` (Chrome/Perfetto), ``ops.txt`` (top operators) and ``summary.json``
-    into ``dirpath``, logs ``perf/data_wait_frac``, ``perf/steps_per_s`` and
-    ``perf/samples_per_s``, and prints a verdict. With ``enabled: false`` every hook
-    returns at once: no profiler object, no device sync.
+    The profiled epoch's time between steps (fetching and moving the next batch: the data
+    wait) is set against the time inside each step (forward, backward, optimizer), under
+    ``torch.profiler`` with a wait/warmup/active schedule. At the epoch's end it writes
+    ``trace.json`` (Chrome/Perfetto), ``ops.txt`` (top operators) and ``summary.json`` into
+    ``dirpath``, logs ``perf/data_wait_frac``, ``perf/steps_per_s`` and ``perf/samples_per_s``
+    and prints a verdict. With ``enabled: false`` every hook returns at once.
 
     Args:
         enabled: turn profiling on (``profile=true`` on the command line).
@@ -67,7 +65,6 @@ class Profiling(L.Callback):
         wait: profiler schedule: steps skipped first.
         warmup: steps traced but discarded (profiler start-up noise).
         active: steps recorded into the trace.
-        record_shapes: record operator input shapes.
         profile_memory: record tensor allocations (slower, bigger trace).
         row_limit: operators listed in ``ops.txt``.
         data_bound_threshold: data-wait share of step time above which the verdict says
@@ -98,7 +95,7 @@ class Profiling(L.Callback):
         self._clock: _FetchClock | None = None
 
     def now(self) -> float:
-        """The clock every interval is read from (seconds)."""
+        """The clock every interval is read from (seconds; a test replaces it)."""
         return time.perf_counter()
 
     def _reset_timers(self) -> None:

@@ -53,8 +53,7 @@ class StateDictCheckpoint(L.Callback):
         mode: ``max`` or ``min``.
         save_last: also write ``last.safetensors`` at the end of every training epoch.
         net_config: the net's config, recorded in the sidecars (so the file can be rebuilt).
-        tie_break: the metric (lower is better) that decides between epochs tied on
-            ``monitor``; then the later epoch wins.
+        tie_break: the metric (lower is better) that breaks a tie on ``monitor``.
         min_val_per_class: fewer validation samples per class than this is warned about.
     """
 

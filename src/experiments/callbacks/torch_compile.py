@@ -54,7 +54,6 @@ class TorchCompile(L.Callback):
         if not self.enabled:
             return
         net = getattr(pl_module, "net", pl_module)
-        # a failing frame runs eager, with a warning
         self._suppress_before = suppress_dynamo_errors(True)
         clear_graph_breaks()
         options = {"fullgraph": self.fullgraph, "dynamic": self.dynamic, "backend": self.backend}

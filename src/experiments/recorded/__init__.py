@@ -13,14 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import UserError
+from experiments.runs.provenance import CONFIG_PATH_ENV
 
 # The configs ship inside the package (`experiments/conf`); in a source checkout that is
 # a link to the top-level `conf/` folder users edit, so both find the same files.
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-
-# your own config folders (os.pathsep-separated), searched after conf/: explicit, like the
-# trust setting, and read only here, never from a run's files (docs/own_task.md)
-CONFIG_PATH_ENV = "EXPERIMENTS_CONFIG_PATH"
 
 
 def config_dirs() -> list[Path]:

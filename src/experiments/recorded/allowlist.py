@@ -6,21 +6,11 @@ place, every key is an argument of that class's real constructor, every value is
 -- before anything is built, and then built here, not by Hydra: no function from the file is
 called, nothing from ``hydra.*`` is located, and a refused node is one line naming its key.
 
-The families (``FAMILIES``):
-
-* ``data``: the data modules of ``experiments.data`` (``DigitsData``, ``CsvData``,
-  ``TorchvisionData``, ``DatasetData``; ``ImageDataModule``, the flat name older runs saved;
-  ``tabular.TabularData``, ``shapes.ShapesData``);
-* ``module``: :class:`experiments.models.ClassificationModule`,
-  :class:`experiments.models.regression.RegressionModule`,
-  :class:`experiments.models.segmentation.SegmentationModule`;
-* ``net``: our nets and model builders (``experiments.models``: CNN, MLP, ResNet9,
-  resnet18, backbone -- timm and torchvision by name) and torchvision's model builders
-  (``torchvision.models.<name>`` for a name of ``list_models()``), built without
-  pretrained weights: they come from the checkpoint;
-* ``transform``: ``torchvision.transforms.v2`` Transform classes but ``Lambda``, and the
-  classes of ``experiments.data.transforms``; ``{_target_: hydra.utils.get_object, path:
-  torch.float32}`` is read as a dtype name (a lookup in ``DTYPES``, not a call).
+What each family (``FAMILIES``) admits is ``OURS`` and ``DESCRIBE`` below (``ImageDataModule``
+is the flat name older runs saved). Nets (ours, ``backbone``'s timm or torchvision name, and
+torchvision's builders by a name of ``list_models()``) are built without pretrained weights:
+they come from the checkpoint. ``{_target_: hydra.utils.get_object, path: torch.float32}`` is
+read as a dtype name (a lookup in ``DTYPES``, not a call).
 
 Your own package is trusted only when you say so: ``EXPERIMENTS_TRUSTED_MODULES=pkg,other``
 (module prefixes) admits any target under them, anywhere (a Dataset factory of yours, your

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from experiments.errors import UserError
+from experiments.recorded import shown
 
 # ${name}, ${a.b.c}, ${.sibling}, ${..uncle.x}: a node reference, nothing more
 REFERENCE = re.compile(r"\.*[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
@@ -98,7 +99,7 @@ class _Resolver:
             inner = text[start + 2 : end] if end > 0 else text[start + 2 :]
             if end < 0 or not REFERENCE.fullmatch(inner):
                 raise UserError(
-                    f"{self.where}: {key}={_short(text)} is refused: only references to other "
+                    f"{self.where}: {key}={shown(text)} is refused: only references to other "
                     f"keys (${{a.b}}) are resolved in a saved run config, never a resolver or "
                     f"the environment; give the value itself: {key}=<value>"
                 )
@@ -144,10 +145,6 @@ def _as_text(value: Any, key: str, where: str) -> str:
     if isinstance(value, dict | list):
         raise UserError(f"{where}: {key} puts a whole section inside a string")
     return "None" if value is None else str(value)
-
-
-def _short(text: str) -> str:
-    return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
 def _check_size(value: Any, key: str, where: str) -> None:

@@ -93,7 +93,6 @@ def read_json(path: str | os.PathLike, missing: Any = _MISSING, *, kind: type | 
     """A JSON file we were handed (a run dir's file is data, never trusted), parsed.
 
     Args:
-        path: the file.
         missing: what to return when the file does not exist; without it a missing file
             is an error. A file that exists but is corrupt is always an error, never a default.
         kind: ``dict`` or ``list`` to require that the document is one.
@@ -203,7 +202,6 @@ def check_writable(folder: str | os.PathLike, key: str) -> None:
         ) from None
 
 
-# the errors of a failed write, in a few words
 WRITE_PROBLEMS = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "disk quota exceeded",

@@ -110,7 +110,6 @@ class Integrity:
 
     @property
     def intact(self) -> bool:
-        """A manifest, and every file as it lists (none modified, missing or added)."""
         return self.has_manifest and not (self.modified or self.missing or self.unlisted)
 
     def lines(self) -> list[str]:

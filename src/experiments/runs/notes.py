@@ -38,11 +38,8 @@ def read_notes(run_dir: str | os.PathLike) -> dict[str, Any]:
 def launch_tags(config: Any) -> list[str]:
     """The ``tags`` of a saved config (``tags=[a,b]`` at launch); strings only, in order."""
     tags = config.get("tags") if isinstance(config, dict) else None
-    if isinstance(tags, str):
-        return [tags]
-    return (
-        [str(t) for t in tags if isinstance(t, str | int | float)] if isinstance(tags, list) else []
-    )
+    tags = [tags] if isinstance(tags, str) else tags if isinstance(tags, list) else []
+    return [str(t) for t in tags if isinstance(t, str | int | float)]
 
 
 def merge_tags(launched: list[str], notes: dict[str, Any]) -> list[str]:
@@ -52,18 +49,10 @@ def merge_tags(launched: list[str], notes: dict[str, Any]) -> list[str]:
 
 
 def read_tags(run_dir: str | os.PathLike, config: dict | None = None) -> list[str]:
-    """A run's tags: those given at launch (its saved config) and those added since with
-    ``experiments-runs tag``, less those removed. A missing or unreadable file counts as no
-    tags (a warning is the caller's business: this is for showing tags beside other things,
-    e.g. in compare, the sweep summary or the model card).
-
-    Args:
-        run_dir: the run folder.
-        config: its saved config where the caller has read it already (not read again).
-
-    Returns:
-        The tags, each once, launch tags first.
-    """
+    """A run's tags (``merge_tags``): launch tags from its saved config (``config`` where the
+    caller has read it already: not read again), then those added with ``experiments-runs
+    tag``. A missing or unreadable file counts as no tags (a warning is the caller's business:
+    this is for showing tags beside other things, e.g. in compare or the model card)."""
     run = RunDir(Path(run_dir))
     if config is None:
         try:

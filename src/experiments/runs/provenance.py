@@ -63,8 +63,7 @@ _started: list[Callable[[], dict[str, Any]]] = []
 
 
 def prestart_git_probe() -> None:
-    """Start the probe now, for the next ``git_probe()``: the command line starts it before
-    torch and Lightning import, so its subprocesses overlap the import."""
+    """Start the probe for the next ``git_probe()`` (the command line: before torch imports)."""
     _started.append(start_git_probe())
 
 
@@ -143,7 +142,9 @@ def run_overrides() -> list[str]:
     return [o for o in overrides if not o.lstrip("+~").startswith(NOT_REPRODUCED)]
 
 
-# the variable that names your own config folders (read by experiments.recorded.config_dirs)
+# your own config folders (os.pathsep-separated), searched after conf/: explicit, like the
+# trust setting, and read only by experiments.recorded.config_dirs, never from a run's files
+# (docs/own_task.md)
 CONFIG_PATH_ENV = "EXPERIMENTS_CONFIG_PATH"
 
 

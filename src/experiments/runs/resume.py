@@ -101,9 +101,7 @@ def resume_overrides(cfg: DictConfig, resume: str, overrides: list[str]) -> list
     if not run.resumable():
         raise UserError(f"resume={resume}: no checkpoint in {run.checkpoints}")
 
-    # the run's files are data: a corrupt one is one line before Hydra rewrites .hydra/ in
-    # the run (what each entry may do is checked by experiments.config.replay, which the
-    # precheck runs on the resolved run before anything composes them)
+    # the run's files are data: a corrupt one is one line before Hydra rewrites .hydra/ in it
     before = saved_overrides(run.saved_overrides)
     for sidecar in run.sidecars():
         read_sidecar(sidecar)
