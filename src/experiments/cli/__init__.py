@@ -97,11 +97,8 @@ def run(body: Callable[[list[str]], int | None], argv: Sequence[str] | None = No
     """Run ``body(argv)`` as an entry point: a UserError is one ``error:`` line and exit 2
     (1 for a tampered run), an int is the exit code, and output piped into ``head`` that
     closes early is not an error."""
-    logging.basicConfig(
-        level=logging.INFO,
-        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    logging.basicConfig(level=logging.INFO, datefmt="%H:%M:%S",
+                        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")  # fmt: skip
     filter_upstream_warnings()
     pause_gc()  # the worker calls resume_gc once its start-up is over
     try:

@@ -309,8 +309,10 @@ def _owners(
     if not isinstance(chosen, str) or chosen not in options or len(options) < 2:
         return None
     name = rest.split(".")[0]
-    if not _written_anywhere(composer.conf_dir, name):
-        return None  # a typo: no option sets it, so none is composed (~0.1 s each)
+    # a typo: no config file sets it (as ``name:``), so no option is composed (~0.1 s each)
+    written = re.compile(rf"^\s*{re.escape(name)}\s*:", flags=re.M)
+    if not any(written.search(p.read_text()) for p in composer.conf_dir.rglob("*.yaml")):
+        return None
     # the chosen option as its file composes (``full`` holds the added key already)
     node = _option_node(composer, group, chosen)
     if node is None or name in node:
@@ -324,12 +326,6 @@ def _owners(
         own_object = isinstance(other[name], dict) and "_target_" in other[name]
         ignored = ignored or own_object or other.get("_target_") != node.get("_target_")
     return (group, chosen, ignored, owners) if owners else None
-
-
-def _written_anywhere(conf_dir: Path, name: str) -> bool:
-    """Whether some config file under ``conf_dir`` sets a key ``name`` (as ``name:``)."""
-    pattern = re.compile(rf"^\s*{re.escape(name)}\s*:", flags=re.M)
-    return any(pattern.search(p.read_text()) for p in conf_dir.rglob("*.yaml"))
 
 
 # per composer (a conf dir): each option's node, composed once (~0.2 s each)

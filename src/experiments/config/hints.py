@@ -119,19 +119,15 @@ class Type:
         if self.kind == "bool":
             return ["true", "false"]
         if self.kind == "list":
-            return [self._describe_list()]
+            count = next((b.count for b in self.bounds if isinstance(b, Length)), None)
+            each = self.values[0].describe() if self.values else ""
+            if count is None:
+                return [f"a list of {each}" if each else "a list"]
+            return [f"a list of {count} values" + (f" (each {each})" if each else "")]
         names = {"none": "null", "any": "anything", "dict": "a mapping"}
         names["object"] = "a mapping with _target_"
         bounds = " and".join(f" {b.symbol} {show(b.limit)}" for b in self.bounds)
         return [names.get(self.kind, self.kind) + bounds]
-
-    def _describe_list(self) -> str:
-        count = next((b.count for b in self.bounds if isinstance(b, Length)), None)
-        if count is None:
-            return f"a list of {self.values[0].describe()}" if self.values else "a list"
-        if not self.values:
-            return f"a list of {count} values"
-        return f"a list of {count} values (each {self.values[0].describe()})"
 
 
 def _admits_list(t: Type, value: Any) -> bool:

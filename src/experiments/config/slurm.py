@@ -31,8 +31,7 @@ def check_slurm_launcher(cfg: DictConfig) -> None:
     if not partitions:
         raise UserError("hydra/launcher: sinfo lists no partition: is the SLURM cluster up?")
     asked = launcher.get("partition")
-    default = next((p for p, info in partitions.items() if info["default"]), None)
-    name = asked or default
+    name = asked or next((p for p, info in partitions.items() if info["default"]), None)
     if name not in partitions:
         raise UserError(
             f"hydra.launcher.partition={asked!r} is not a partition of this cluster; "
