@@ -290,9 +290,8 @@ def _locate(key: str, target: str) -> Any:
             except ImportError as err:
                 if not isinstance(err, ModuleNotFoundError) or err.name != dotted:
                     # the module exists; it, or something it imports, failed
-                    raise UserError(
-                        f"{where}: importing {dotted} failed: {one_line(err)}"
-                    ) from None
+                    why = one_line(err)
+                    raise UserError(f"{where}: importing {dotted} failed: {why}") from None
         if obj is None:
             raise UserError(f"{where}: no module named '{dotted}'")
         names = [n for n in dir(obj) if not n.startswith("_")]
