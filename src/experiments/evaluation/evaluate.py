@@ -101,10 +101,8 @@ def _calibration(run: SavedRun, metrics: dict, posthoc_tau: float | None) -> int
     metrics["test/ece"] = expected_calibration_error(probs["as trained"], labels)
     temperature = run.temperature()
     if temperature is not None:
-        probs[f"T={temperature:.2f}"] = (logits / temperature).softmax(dim=1)
-        metrics["test/ece_calibrated"] = expected_calibration_error(
-            probs[f"T={temperature:.2f}"], labels
-        )
+        calibrated = probs[f"T={temperature:.2f}"] = (logits / temperature).softmax(dim=1)
+        metrics["test/ece_calibrated"] = expected_calibration_error(calibrated, labels)
     reliability_diagram(run.layout.reliability_png, {k: (p, labels) for k, p in probs.items()})
     if posthoc_tau is not None:
         k = run.datamodule.num_classes
@@ -139,13 +137,8 @@ def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, f
         if value == metrics[key]:
             log.info("%s matches %s (%.4f)", key, layout.metrics, value)
         else:
-            log.warning(
-                "%s %.4f differs from %s (%.4f): changed data, overrides or precision?",
-                key,
-                metrics[key],
-                layout.metrics,
-                value,
-            )
+            log.warning("%s %.4f differs from %s (%.4f): changed data, overrides or precision?",
+                        key, metrics[key], layout.metrics, value)  # fmt: skip
 
 
 def command(options: dict, overrides: list[str]) -> None:

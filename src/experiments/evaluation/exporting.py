@@ -76,16 +76,16 @@ def _agreement(task: str, expected, got, y) -> dict:
     """How the exported file's classes agree with PyTorch's and with the labels: per image
     for a classifier, per pixel for segmentation (``(N, K, H, W)`` logits, ``(N, H, W)``
     masks)."""
+
+    def share(a, b) -> float:  # of the images (N,) or pixels (N, H, W) where a equals b
+        return float((a == b).float().mean())
+
+    torch_class, exported_class = expected.argmax(1), got.argmax(1)
     if task != "segmentation":
-        return {
-            "acc_torch": float((expected.argmax(1) == y).float().mean()),
-            "acc_exported": float((got.argmax(1) == y).float().mean()),
-        }
-    return {
-        "pixel_agreement": float((expected.argmax(1) == got.argmax(1)).float().mean()),
-        "pixel_acc_torch": float((expected.argmax(1) == y).float().mean()),
-        "pixel_acc_exported": float((got.argmax(1) == y).float().mean()),
-    }
+        return {"acc_torch": share(torch_class, y), "acc_exported": share(exported_class, y)}
+    return {"pixel_agreement": share(torch_class, exported_class),
+            "pixel_acc_torch": share(torch_class, y),
+            "pixel_acc_exported": share(exported_class, y)}  # fmt: skip
 
 
 def _onnx(net, x, path, opset: int):

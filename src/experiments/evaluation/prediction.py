@@ -40,8 +40,8 @@ def predict(
     overrides: Sequence[str] = (),
     tta: str = "none",
 ) -> Path:
-    """Predict every input with the run's checkpoint and write a CSV; what it holds depends
-    on the run's task (``SavedRun.task``):
+    """Predict every input with the run's checkpoint and write a CSV (returns its path); what
+    it holds depends on the run's task (``SavedRun.task``):
 
     * classification: ``file,predicted,probability`` per image;
     * regression: ``row,predicted`` per data row of the CSV ``input`` (its columns named by
@@ -67,9 +67,6 @@ def predict(
         tta: ``flip`` or ``flip_translate`` (a classifier only): each image's probabilities
             are the mean softmax over its views (``models.tta.tta_views``), as eval's
             ``test/tta/*``; ``none`` predicts from the image alone.
-
-    Returns:
-        The path of the written CSV.
 
     Raises:
         UserError: missing run, checkpoint or images, an empty folder, an unreadable image.
@@ -110,7 +107,6 @@ def predict(
         top_p, top_i = probs.max(dim=1)
         for name, p, i in zip(names[chunk], top_p.tolist(), top_i.tolist(), strict=True):
             rows.append((name, class_names[i], f"{p:.6f}"))
-
     return _write(run, output, COLUMNS, rows)
 
 
@@ -183,10 +179,9 @@ def _predict_masks(run: SavedRun, names: list, paths: list, output: Path, device
 
 
 def _logits(run: SavedRun, net, paths: list[Path], in_shape, device, views=None):
-    """``(slice of paths, float logits)`` batch by batch: each image read as the run's eval
-    data reads it (``SavedRun.image_reader``), normalized with the run's statistics. With
-    ``views`` (a batch to a list of batches, ``tta_views``) the logits of each view are
-    stacked: ``(V, B, ...)``."""
+    """``(slice of paths, float logits)`` batch by batch, each image read and normalized as
+    the run's eval data; with ``views`` (a batch to a list of batches, ``tta_views``) the
+    logits of each view stacked: ``(V, B, ...)``."""
     read = run.image_reader(in_shape)
     run.input_stats  # noqa: B018  (a missing statistics file: one line before any image is read)
     resume_gc()

@@ -345,7 +345,7 @@ def _results(
     best weights, or eval's of the same epoch), then each other one eval tested."""
     evaluated = evaluations(layout)
     sections = []
-    now = {"best": _epoch(best) if best else None, "last": _epoch(last) if last else None}
+    now = {"best": _epoch(best), "last": _epoch(last)}
     best_name = layout.best_weights.name
     from_eval = evaluated.pop(best_name, None)
     if from_eval is not None and from_eval.get("ckpt_epoch") not in (None, now["best"]):

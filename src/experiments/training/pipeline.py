@@ -76,7 +76,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
         UserError: a mistake in the config or data (one line, naming what to fix).
         RunInterrupted: SIGTERM/SIGINT arrived; a checkpoint was saved first.
     """
-
     git = git_probe()  # started before torch and Lightning imported, if the CLI ran
     route_lightning_logs()
     # every key bound to its constructor's signature before anything is built (once: the
@@ -131,8 +130,7 @@ class ChosenEpoch:
 
     Attributes:
         monitor: the metric ``best.pt`` was chosen by (``optimized_metric``).
-        value: its value at ``epoch``.
-        epoch: 1-based.
+        value: its value at ``epoch`` (1-based).
         reason: why that epoch was chosen (ties, a fine-tune's head-only epochs).
         warnings: why the validation split may not rank epochs well (too small, saturated).
         val: ``val/*`` values known at ``epoch`` (the monitored one, and the per-epoch
@@ -147,9 +145,8 @@ class ChosenEpoch:
     val: dict[str, float] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
-        """The keys ``metrics.json`` gains: ``<monitor>_best``, ``best_epoch``,
-        ``best_reason`` and the checkpoint choice's ``warnings`` (none without ``best.pt``:
-        ``val/*`` are then the last epoch's, as they always are in ``metrics.json``)."""
+        """The keys ``metrics.json`` gains (none without ``best.pt``: ``val/*`` are then the
+        last epoch's, as they always are in ``metrics.json``)."""
         if self.epoch is None:
             return {}
         return {
@@ -207,11 +204,10 @@ def chosen_epoch(run_dir: Path, monitor: str, callbacks) -> ChosenEpoch:
     except UserError as err:
         log.warning("%s", err)
         best = {}
-    value = best.get("value")
+    value, monitor = best.get("value"), str(best.get("monitor") or monitor)
     if not best or not isinstance(value, int | float):
-        return ChosenEpoch(monitor=str(best.get("monitor") or monitor))
+        return ChosenEpoch(monitor=monitor)
     epoch = sidecar_epoch(best)
-    monitor = str(best.get("monitor") or monitor)
     val = {monitor: float(value)}
     saved = best.get("metrics")  # every val/* scalar of that epoch, where the sidecar has it
     if isinstance(saved, dict):
@@ -298,12 +294,9 @@ def _fit_and_test(cfg, trainer, model, datamodule, callbacks, loggers, resume_fr
     except BaseException:
         finish_loggers(loggers, failed=True)  # one W&B run per job, closed even on failure
         raise
-    finish_loggers(
-        loggers,
-        failed=False,
-        checkpoint_dir=checkpoints.dirpath if checkpoints else None,
-        summary=chosen.tracker_summary(metrics),
-    )
+    checkpoint_dir = checkpoints.dirpath if checkpoints else None
+    finish_loggers(loggers, failed=False, checkpoint_dir=checkpoint_dir,
+                   summary=chosen.tracker_summary(metrics))  # fmt: skip
     return metrics, chosen
 
 
@@ -311,20 +304,12 @@ def _test(cfg, trainer, model, datamodule, checkpoints, loggers) -> dict[str, fl
     if checkpoints is not None and checkpoints.best_path.is_file():
         # the sidecar, not the callback: under ddp_fork the callback lived in a child
         best = read_sidecar(sidecar_of(checkpoints.best_path))  # a file: data
-        value = best.get("value")
-        log.info(
-            "testing %s (epoch %d, %s=%s)",
-            checkpoints.best_path.name,
-            sidecar_epoch(best),
-            best.get("monitor"),
-            f"{value:.4f}" if value is not None else "?",
-        )
+        value = f"{best['value']:.4f}" if best.get("value") is not None else "?"
+        log.info("testing %s (epoch %d, %s=%s)", checkpoints.best_path.name, sidecar_epoch(best),
+                 best.get("monitor"), value)  # fmt: skip
         load_state_dict_file(exported(model), checkpoints.best_path, map_location=model.device)
     tester = build.single_device_tester(cfg, trainer, loggers)
-    metrics: dict[str, float] = {}
-    if tester.is_global_zero or tester is trainer:
-        metrics.update(run_test(tester, model, datamodule))
-    return metrics
+    return run_test(tester, model, datamodule) if tester.is_global_zero or tester is trainer else {}
 
 
 def _progress(trainer, callbacks) -> dict[str, int]:
@@ -393,11 +378,8 @@ def task(cfg: DictConfig) -> float | None:
     value = RunDir(cfg.paths.output_dir).best_value(str(cfg.optimized_metric))
     value = value if value is not None else metrics.get(cfg.optimized_metric)
     if value is None:
-        log.warning(
-            "optimized_metric %s was not logged; have: %s",
-            cfg.optimized_metric,
-            ", ".join(sorted(metrics)),
-        )
+        log.warning("optimized_metric %s was not logged; have: %s", cfg.optimized_metric,
+                    ", ".join(sorted(metrics)))  # fmt: skip
     return value
 
 

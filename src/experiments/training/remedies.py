@@ -40,8 +40,7 @@ OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "not enough memory")
 
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` is a tensor allocation that did not fit, on any device."""
-    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
-    if isinstance(err, oom):
+    if isinstance(err, torch.OutOfMemoryError):
         return True
     text = str(err).lower() if isinstance(err, RuntimeError) else ""
     return any(words in text for words in OUT_OF_MEMORY)
@@ -120,7 +119,6 @@ def _record_diverged(cfg: DictConfig, err: BaseException, applied: list[str]) ->
         "error": _first_line(err), "remedies": applied,
     })  # fmt: skip
     log.error("diverged: %s", _first_line(err), extra={"sweep_line": True})
-    return None
 
 
 def _add_to_metrics_file(cfg: DictConfig, values: dict[str, Any]) -> None:
