@@ -152,8 +152,7 @@ class StoreLoader(_Resumable):
 
 
 def _train_sampler(size: int, trainer, balanced_targets: list[int] | None):
-    """The training order, a function of (seed, epoch), not of when Lightning happens to
-    start the iterator, so a resumed run sees the same batches as an uninterrupted one.
+    """The training sampler (its order a function of seed and epoch: ``samplers``);
     ``torch.initial_seed()`` is ``seed`` after seed_everything (random when unseeded).
     With ``balanced_targets`` every class is drawn equally often."""
     # the index of the epoch about to run; unlike trainer.current_epoch it is already

@@ -101,18 +101,14 @@ def _share(size: int, fraction: float) -> int:
     return count
 
 
-def warn_absent_classes(split: str, part, class_names: Sequence[str]) -> list[int]:
+def warn_absent_classes(split: str, part, class_names: Sequence[str]) -> None:
     """Warn in one line when ``split`` (a Subset of a dataset with ``.targets``, or such a
     dataset) lacks some of the classes: its macro metrics (``balanced_acc``, ``macro_f1``)
     then average only the classes it has (or predicts), and ``<split>/missing_classes`` in
-    metrics.json says how many it lacks.
-
-    Returns:
-        The class indices missing from ``split`` (empty when none or unknown).
-    """
+    metrics.json says how many it lacks."""
     targets = getattr(getattr(part, "dataset", part), "targets", None)
     if part is None or targets is None or not class_names:
-        return []
+        return
     labels = torch.as_tensor(targets).long().flatten()
     indices = getattr(part, "indices", None)
     if indices is not None:
@@ -126,4 +122,3 @@ def warn_absent_classes(split: str, part, class_names: Sequence[str]) -> list[in
                     "metrics average only the classes it has, and %s/missing_classes marks them",
                     split, len(missing), len(class_names), shown,
                     ", ..." if len(missing) > 10 else "", split)  # fmt: skip
-    return missing

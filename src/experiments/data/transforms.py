@@ -24,8 +24,6 @@ class OneHot:
         return f"OneHot(num_classes={self.num_classes})"
 
 
-# torchvision classes (by name, in both transforms and transforms.v2) that map the same
-# input to the same output every time
 DETERMINISTIC = frozenset(
     "CenterCrop ConvertImageDtype Grayscale Identity Normalize PILToTensor Resize ToDtype "
     "ToImage ToPILImage ToPureTensor ToTensor".split()
@@ -36,7 +34,8 @@ def is_deterministic(transform) -> bool:
     """Whether ``transform`` (None, one transform or a Compose of them) has no randomness.
 
     Only known transforms count: torchvision's resizing, cropping-to-centre, dtype and
-    normalization transforms, and :class:`OneHot`. Anything unknown (a random
+    normalization transforms (``DETERMINISTIC``, by class name, in both ``transforms`` and
+    ``transforms.v2``), and :class:`OneHot`. Anything unknown (a random
     augmentation, a user's callable) is taken to be random, so its output is never cached.
     """
     if transform is None or isinstance(transform, OneHot):

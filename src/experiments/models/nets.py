@@ -137,8 +137,8 @@ class ResNet9(nn.Module):
         layer3  conv3x3-BN-ReLU 512, maxpool2, Residual(512) -> (B, 512,  4,  4)
         head    global max-pool, flatten, Linear(512, K), x logit_scale
 
-    Any input size and channel count works: for images larger than ``large_input`` px the
-    prep layer uses stride 2 followed by a 2x2 max-pool (224 -> 56), and the stages only
+    Any input size and channel count works: images whose shorter side exceeds ``large_input``
+    px get a stride-2 prep layer and then a 2x2 max-pool (224 -> 56), and the stages only
     pool while the map is at least 2x2, so even 8x8 inputs end in a valid map.
 
     Args:
@@ -147,7 +147,6 @@ class ResNet9(nn.Module):
         residual_stages: indices of stages (1..3) followed by a residual block.
         logit_scale: multiplies the logits (0.125 in the reference recipe; it keeps the
             initial softmax soft, which works like a temperature).
-        large_input: images whose shorter side exceeds this get a strided prep layer.
     """
 
     def __init__(
@@ -218,7 +217,6 @@ class SpeedNet(nn.Module):
     Args:
         widths: output channels of the stem and of each following conv stage.
         stem_kernel: kernel size of the stem convolution (odd).
-        dropout: dropout probability before the linear head.
         bn_momentum: BatchNorm's running-statistics momentum (high for short runs, see
             :class:`CNN`).
     """

@@ -62,7 +62,7 @@ class RegressionModule(TaskSteps, L.LightningModule):
                 layers.append(nn.Dropout(dropout))
         # not named `net`: the checkpoints then hold the whole module, buffers included
         self.layers = nn.Sequential(*layers, nn.Linear(widths[-1], 1))
-        # the train split's statistics (fitted: target_std > 0); saved with the weights
+        # fitted when target_std > 0
         self.register_buffer("feature_mean", torch.zeros(self.in_features))
         self.register_buffer("feature_std", torch.ones(self.in_features))
         self.register_buffer("target_mean", torch.zeros(()))

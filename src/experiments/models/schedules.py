@@ -99,14 +99,12 @@ def with_scheduler(module, optimizer, scheduler_factory, interval: str, monitor:
 class TaskSteps:
     """The steps every task module shares, mixed in before ``L.LightningModule``:
     train/val/test each call ``_shared_step(batch, stage)``, and ``configure_optimizers``
-    builds the optimizer over ``trained_parameters()`` (``with_scheduler``; the classifier
-    builds its own for fine-tuning's parameter groups) from the module's arguments
-    ``optimizer`` (a partial taking the parameters, ``optimizer=adamw``; None only for a
-    module that is evaluated, never trained), ``scheduler`` (a partial taking the optimizer,
-    and ``total_steps``/``total_epochs`` for whole-run schedules; or None),
-    ``scheduler_interval`` (epoch or step, for schedules that are not whole-run ones) and
-    ``monitor`` (what ``scheduler=plateau`` watches), kept as ``optimizer_factory``,
-    ``scheduler_factory``, ``scheduler_interval`` and ``monitor``."""
+    builds the optimizer over ``trained_parameters()`` with ``with_scheduler`` (the
+    classifier builds its own for fine-tuning's parameter groups). The module keeps its
+    arguments ``optimizer`` (a partial taking the parameters, ``optimizer=adamw``; None only
+    for a module that is evaluated, never trained) and ``scheduler`` (a partial, or None) as
+    ``optimizer_factory`` and ``scheduler_factory``, and ``scheduler_interval`` (epoch or
+    step) and ``monitor`` (what ``scheduler=plateau`` watches) under their own names."""
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         return self._shared_step(batch, "train")

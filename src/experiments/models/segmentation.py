@@ -46,8 +46,7 @@ def build_net(
     depth: int,
     smp_options: dict[str, Any],
 ) -> nn.Module:
-    """Our ``UNet`` for ``arch=None``, otherwise segmentation-models-pytorch's ``arch``
-    (``Unet``, ``FPN``, ``DeepLabV3Plus``, ...) on ``encoder``, from random weights (nothing is
+    """The net of ``SegmentationModule``'s arguments, from random weights (nothing is
     downloaded: a run's weights come from its own training or checkpoint).
 
     Raises:

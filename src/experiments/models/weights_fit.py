@@ -79,35 +79,31 @@ def load_fitted(
     own = net.state_dict()
     stem = first_conv(net)
     stem_weight = f"{stem[0]}.weight" if stem is not None else None
-    fitted: dict[str, torch.Tensor] = {}
-    report: dict[str, list[str]] = {"loaded": [], "adapted": [], "new": [], "skipped": []}
-    wrong: list[str] = []  # "name (file shape) vs (net shape)"
+    fitted: dict[str, torch.Tensor] = {}  # the tensors loaded, the adapted ones included
+    new, adapted, wrong = [], [], {}  # wrong: name -> "name (file shape) vs (net shape)"
     for key, target in own.items():
-        if under(key, exclude) or (key not in state and under(key, new_ok)):
-            report["new"].append(key)
+        value = state.get(key)
+        if under(key, exclude) or (value is None and under(key, new_ok)):
+            new.append(key)
+        elif value is None:  # missing: counted below
             continue
-        if key not in state:
-            continue  # missing: counted below
-        value = state[key]
-        if value.shape == target.shape:
+        elif value.shape == target.shape:
             fitted[key] = value
-            report["loaded"].append(key)
         elif (
             key == stem_weight
             and value.ndim == 4
             and value.shape[:1] + value.shape[2:] == target.shape[:1] + target.shape[2:]
         ):
             fitted[key] = adapt_channels(value, target.shape[1])
-            report["adapted"].append(key)
+            adapted.append(key)
         elif under(key, new_ok):
-            report["new"].append(key)
+            new.append(key)
         else:
-            wrong.append(f"{key} {tuple(value.shape)} vs {tuple(target.shape)}")
-            report["skipped"].append(key)
-    missing = [k for k in own if k not in state and k not in report["new"]]
+            wrong[key] = f"{key} {tuple(value.shape)} vs {tuple(target.shape)}"
+    missing = [k for k in own if k not in state and k not in new]
     unexpected = [k for k in state if k not in own and not under(k, new_ok)]
-    report["skipped"] = sorted(report["skipped"] + [k for k in state if k not in own])
-    kinds = {"missing": missing, "unexpected": unexpected, "of the wrong shape": wrong}
+    skipped = sorted([*wrong, *(k for k in state if k not in own)])
+    kinds = {"missing": missing, "unexpected": unexpected, "of the wrong shape": [*wrong.values()]}
     problems = [(f"{len(names)} {kind}", names) for kind, names in kinds.items() if names]
     if (strict and problems) or not fitted:
         for head, names in problems:
@@ -118,11 +114,9 @@ def load_fitted(
             f"{summary or 'no tensor name matches'} (all names in the log)"
         )
     net.load_state_dict(fitted, strict=False)
-    adapted = f" ({len(report['adapted'])} adapted to the input channels)"
-    log.info("%s: loaded %d tensors%s, %d new (%s), %d skipped%s", label,
-             len(report["loaded"]) + len(report["adapted"]), adapted if report["adapted"] else "",
-             len(report["new"]), _short(report["new"]), len(report["skipped"]),
-             f" ({_short(report['skipped'])})" if report["skipped"] else "")  # fmt: skip
+    log.info("%s: loaded %d tensors%s, %d new (%s), %d skipped%s", label, len(fitted),
+             f" ({len(adapted)} adapted to the input channels)" if adapted else "", len(new),
+             _short(new), len(skipped), f" ({_short(skipped)})" if skipped else "")  # fmt: skip
 
 
 def _short(names: Sequence[str], n: int = 4) -> str:
