@@ -85,7 +85,6 @@ class FaultTolerance(L.Callback):
         if self.dirpath is None:
             self.dirpath = RunDir(trainer.default_root_dir).checkpoints
 
-    # -- signals ---------------------------------------------------------------------
     def _sigint(self, signum, frame) -> None:
         if self.signum == signal.SIGINT:
             raise KeyboardInterrupt  # pressed twice: stop now
@@ -117,7 +116,6 @@ class FaultTolerance(L.Callback):
         if trainer.state.fn == "fit":  # a signal during test: the fit's checkpoint stands
             trainer.save_checkpoint(self.dirpath / LAST_CKPT)
 
-    # -- per step ------------------------------------------------------------------------
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not (isinstance(outputs, dict) and "loss" in outputs):
             return
@@ -170,7 +168,6 @@ class FaultTolerance(L.Callback):
                 pending.step,
             )
 
-    # -- exact resume ------------------------------------------------------------------
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         self._raise_if_not_finite()  # before the file is written
         checkpoint["rng_states"] = rng_states()

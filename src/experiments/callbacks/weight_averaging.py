@@ -73,8 +73,6 @@ class WeightAveraging(L.Callback):
         self._last_step = 0  # the optimizer step the EMA was last updated at
         self._loaded: dict[str, Any] | None = None  # a resumed run's state, until fit starts
 
-    # -- the average ----------------------------------------------------------------------
-
     @torch.no_grad()
     def _swap(self) -> None:
         for live, other in zip(self._live, self._other, strict=True):
@@ -105,8 +103,6 @@ class WeightAveraging(L.Callback):
                 avg.copy_(torch.stack([w[i] for w in self._window]).mean(0))
             else:
                 avg.copy_(self._window[-1][i])
-
-    # -- Lightning's hooks ----------------------------------------------------------------
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         others = [c for c in trainer.callbacks if isinstance(c, WeightAveraging)]
@@ -159,8 +155,6 @@ class WeightAveraging(L.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._swap_in()  # tested (and best.safetensors, where none was saved) is the average
-
-    # -- checkpoints ----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         if not self._live:

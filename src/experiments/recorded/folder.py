@@ -23,7 +23,7 @@ from experiments.errors import UserError, one_line
 from experiments.recorded import CONF_DIR, shown
 from experiments.recorded.references import ABSENT, lookup, resolve
 from experiments.runs.files import read_yaml
-from experiments.runs.layout import RunDir
+from experiments.runs.layout import RunDir, sidecar_of
 from experiments.runs.layout import read_sidecar as layout_sidecar
 
 # an option every command that opens a saved run takes: use a run whose files differ from
@@ -166,13 +166,9 @@ def _all_keys(node: Any, prefix: str = "") -> Iterable[str]:
 
 
 def resolved(cfg: DictConfig, key: str) -> Any:
-    """``cfg[key]`` as plain data with its references (``${a.b}``) resolved, or None.
-
-    Only the parts a command builds are resolved: the rest of a run's config may hold
-    ``${hydra:...}`` values that have no meaning outside a Hydra run. A resolver
-    (``${oc.env:...}``) reached from ``key`` is refused: a saved file never reads the
-    environment.
-    """
+    """``cfg[key]`` as plain data with its references (``${a.b}``) resolved (never a
+    resolver: ``references.resolve``), or None. Only the parts a command builds are resolved:
+    the rest may hold ``${hydra:...}`` values that have no meaning outside a Hydra run."""
     return resolve(OmegaConf.to_container(cfg, resolve=False), key, "the run's config")
 
 
@@ -185,14 +181,11 @@ def resolved_keys(cfg: DictConfig, section: str, keys: Iterable[str]) -> dict[st
 
 
 def checkpoint_path(run_dir: str | Path, ckpt: str) -> Path:
-    """``best`` / ``last`` -> the run's ``checkpoints/<name>.safetensors`` (an older run's
-    ``<name>.pt``: ``RunDir.best_weights`` / ``last_weights``); else a file path.
-
-    A relative file path is tried from the current folder, then from ``run_dir`` and
-    ``run_dir/checkpoints``.
+    """``best`` / ``last`` -> the run's weights (``RunDir.weights``); else a file path, a
+    relative one tried from the current folder, then from ``run_dir`` and its checkpoints.
 
     Raises:
-        UserError: the file does not exist (naming the path).
+        UserError: the file does not exist, or is a full ``.ckpt`` (naming the path).
     """
     run = RunDir(run_dir)
     if ckpt in ("best", "last"):
@@ -228,11 +221,9 @@ def read_sidecar(ckpt: Path) -> dict:
     Raises:
         UserError: a corrupt file or a value out of type or range, naming the file.
     """
-    path = ckpt.with_suffix(".json")
-    data = layout_sidecar(path)
-    for key in ("in_shape", "class_names"):  # [] : data that knows none (a task of your own)
-        if data.get(key) == []:
-            data = {k: v for k, v in data.items() if k != key}
+    path = sidecar_of(ckpt)
+    data = layout_sidecar(path)  # below, [] is data that knows none (a task of your own)
+    data = {k: v for k, v in data.items() if not (k in ("in_shape", "class_names") and v == [])}
     if "in_shape" in data:
         shape = data["in_shape"]
         ok = isinstance(shape, list) and len(shape) == 3 and all(_count(v) for v in shape)

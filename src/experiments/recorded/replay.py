@@ -38,13 +38,11 @@ from experiments.recorded import CONF_DIR, CONFIG_PATH_ENV, config_dirs, shown
 from experiments.recorded.allowlist import TRUSTED_ENV, is_trusted
 from experiments.runs.files import parse_yaml, read_text
 from experiments.runs.layout import RunDir
-from experiments.runs.provenance import is_control
+from experiments.runs.provenance import NOT_REPRODUCED, is_control
 from experiments.runs.resume import saved_overrides
 from experiments.secrets import is_secret_key
 
-# overrides that say where a run went or what it resumed, not what it computed: dropped
-# when a run is replayed (the command that replays it gives its own)
-NOT_REPLAYED = ("resume", "paths.output_dir")
+NOT_REPLAYED = tuple(o.rstrip("=") for o in NOT_REPRODUCED)  # the replaying command's own
 # resolvers that only read a value; any other (oc.decode, oc.create, a new one) could turn a
 # string into config holding a _target_, after this check has passed it
 READ_ONLY_RESOLVERS = ("oc.env", "oc.select", "oc.dict.keys", "oc.dict.values", "hydra")
