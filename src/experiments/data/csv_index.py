@@ -167,9 +167,8 @@ def encode_labels(
         key = str(_as_int(label)) if numeric else label
         if key not in index:
             raise UserError(
-                f"{csv_file} row {line}: label {_short(label)} was not seen in the training "
-                f"data (known classes: {', '.join(classes[:20])}"
-                f"{' ...' if len(classes) > 20 else ''})"
+                f"{csv_file} row {line}: label {_short(label)} was not seen in the training data "
+                f"(known classes: {', '.join(classes[:20])}{' ...' if len(classes) > 20 else ''})"
             )
         targets.append(index[key])
     return classes, targets

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import logging
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -259,8 +258,8 @@ def export_digits(root: str | os.PathLike) -> Path:
 
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-        try:
+        with tempfile.TemporaryDirectory(prefix=f".{root.name}-", dir=root.parent) as name:
+            tmp = Path(name)  # renamed into place, else removed
             digits = load_digits()
             (tmp / "images").mkdir()
             rows = []
@@ -279,8 +278,6 @@ def export_digits(root: str | os.PathLike) -> Path:
             except OSError:
                 if not (root / "labels.csv").is_file():  # not another process winning the race
                     raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     except OSError as err:
         raise UserError(
             f"cannot export the bundled digits to {root} ({write_problem(err)}); set "

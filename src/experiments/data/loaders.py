@@ -48,11 +48,9 @@ class _Resumable:
 
 
 class ResumableLoader(_Resumable, DataLoader):
-    """A DataLoader with ``state_dict`` / ``load_state_dict`` (``_Resumable``). The order is
-    the sampler's (``EpochShuffleSampler``: a function of seed and epoch), so skipping the
-    first ``batches * batch_size`` indices of that epoch's order reproduces the
-    uninterrupted run's batches.
-    """
+    """A DataLoader that is ``_Resumable``: its sampler's order is a function of seed and
+    epoch (``EpochShuffleSampler``), so skipping the first ``batches * batch_size`` indices
+    of that epoch's order reproduces the uninterrupted run's batches."""
 
     def _skip_batches(self, epoch: int, batches: int) -> bool:
         if not hasattr(self.sampler, "skip"):

@@ -2,8 +2,7 @@
 one tensor, and its batches are cut from it with no per-sample Python and no collate
 (``experiments.data.loaders.StoreLoader``: one gather per chunk of batches, then views).
 Random augmentation that works on a whole batch (shifts = crop with padding, horizontal
-flips) then runs on the batch, on the model's device
-(``ImageData.on_after_batch_transfer``).
+flips) then runs on the batch, on the model's device (``ImageData.on_after_batch_transfer``).
 
 The order of samples stays the sampler's (seeded per epoch, exact mid-epoch resume, DDP
 shards), and the augmentation draws from torch's global generator on the device, whose
@@ -14,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.utils.data import Dataset, Subset
@@ -24,11 +24,12 @@ from experiments.data.transforms import RandomShift
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False, repr=False)
 class TensorStore(Dataset):
     """All samples of a split as two tensors: ``x`` (N, ...) and ``y`` (N, ...)."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.x, self.y = x, y
+    x: torch.Tensor
+    y: torch.Tensor
 
     def __len__(self) -> int:
         return len(self.x)
@@ -202,15 +203,11 @@ def plan(dm, full_eval: Dataset, train_idx: list[int], eligible: bool):
     stores = {k: v for k, v in stores.items() if v is not None}
     if "train" not in stores:
         augment = None
-    if stores:
-        log.info(
-            "data: batches cut by index from in-memory tensors for %s (%.1f MB)%s",
-            "/".join(stores),
-            sum(s.nbytes for s in stores.values()) / 2**20,
-            "; the augmentation runs on whole batches" if dm.augment is not None and augment
-            else "",
-            extra={"console": False},  # train.log only
-        )  # fmt: skip
+    if stores:  # to train.log only
+        log.info("data: batches cut by index from in-memory tensors for %s (%.1f MB)%s",
+                 "/".join(stores), sum(s.nbytes for s in stores.values()) / 2**20,
+                 "; the augmentation runs on whole batches" if dm.augment is not None and augment
+                 else "", extra={"console": False})  # fmt: skip
     return stores, augment
 
 

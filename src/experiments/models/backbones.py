@@ -98,10 +98,9 @@ def _check_input_size(net: nn.Module, name: str, in_shape) -> None:
         size = "x".join(str(int(d)) for d in in_shape[1:])
         raise UserError(
             f"model.net.name={name}: an input of {size} is too small for it "
-            f"({one_line(err)[:90]}); "
-            f"resize the images (data.image_size=[64,64] for an image folder), set "
-            f"model.net.small_input=true (ResNet-style nets), or use a small-image net "
-            f"(model=cnn)"
+            f"({one_line(err)[:90]}); resize the images (data.image_size=[64,64] for an image "
+            f"folder), set model.net.small_input=true (ResNet-style nets), or use a small-image "
+            f"net (model=cnn)"
         ) from None
 
 
@@ -154,9 +153,8 @@ def _torchvision_cached(name: str, download: bool) -> Path:
         return path
     if not download:
         raise UserError(
-            f"no cached weights for torchvision {name} at {path}; run make weights "
-            f"(mobilenet_v2), set model.net.download=true to fetch them, or give "
-            f"model.net.pretrained=<file>"
+            f"no cached weights for torchvision {name} at {path}; run make weights (mobilenet_v2), "
+            f"set model.net.download=true to fetch them, or give model.net.pretrained=<file>"
         )
     torch.hub.load_state_dict_from_url(_torchvision_urls(name)[0], progress=False)
     return path

@@ -27,8 +27,7 @@ class FocalLoss(nn.Module):
         label_smoothing: float = 0.0,
     ) -> None:
         super().__init__()
-        self.gamma = float(gamma)
-        self.label_smoothing = float(label_smoothing)
+        self.gamma, self.label_smoothing = float(gamma), float(label_smoothing)
         self.register_buffer("weight", weight, persistent=False)
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

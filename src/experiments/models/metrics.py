@@ -28,9 +28,8 @@ class ConfusionStats(Metric):
 
     def __init__(self, num_classes: int, top_k: int | None = None) -> None:
         super().__init__()
-        self.num_classes = int(num_classes)
+        k = self.num_classes = int(num_classes)
         self.top_k = top_k
-        k = self.num_classes
         self.add_state("matrix", torch.zeros((k, k), dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("topk_hits", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
 

@@ -54,7 +54,8 @@ class ClassificationModule(TaskSteps, L.LightningModule):
         channels_last: train in channels-last memory format (faster convolutions with
             mixed precision on recent GPUs).
         monitor: the metric a ``ReduceLROnPlateau`` schedule watches.
-        loss: ``cross_entropy`` or ``focal``.
+        loss: ``cross_entropy``, ``focal``, ``logit_adjusted``, or ``auto`` (the builder picks
+            logit_adjusted for a long-tailed training split, else cross_entropy).
         focal_gamma: focal loss' focusing exponent (0 is cross-entropy).
         class_weights: per-class loss weights; ``auto`` (inverse class frequency of the
             training split) is resolved by the builder, which sees the data.

@@ -52,14 +52,9 @@ def one_cycle(
     # warm-up of exactly one step (6 steps, 1/6 of them) was a ZeroDivisionError. Two steps
     # at least, and one left for the descent (a few-step run: debug=fast, limits)
     pct = min(max(pct, 2 / total_steps), 1 - 1 / total_steps) if total_steps > 2 else 0.75
-    return OneCycleLR(
-        optimizer,
-        max_lr=[group["lr"] for group in optimizer.param_groups],
-        total_steps=total_steps,
-        pct_start=pct,
-        div_factor=div_factor,
-        final_div_factor=final_div_factor,
-    )
+    max_lr = [group["lr"] for group in optimizer.param_groups]
+    return OneCycleLR(optimizer, max_lr, total_steps, pct_start=pct, div_factor=div_factor,
+                      final_div_factor=final_div_factor)  # fmt: skip
 
 
 def _warmup_share(warmup_epochs: float, total_epochs: int) -> float:
