@@ -59,15 +59,12 @@ class FaultTolerance(L.Callback):
     Lightning saves and restores (``ResumableLoader`` and ``StoreLoader`` in
     ``experiments.data.loaders``).
 
-    A first validation loss far above the first training step's (``explode_factor`` times)
-    is warned about in one line naming a lower learning rate: the run goes on, but it is
-    most likely diverging (e.g. SGD at lr 0.1 on a small folder of one's own images).
-
     Args:
         dirpath: folder of ``last.ckpt``; None means ``<default_root_dir>/checkpoints``.
         check_finite_loss: stop on a non-finite training loss.
-        explode_factor: warn when the first ``val/loss`` exceeds this many times the first
-            training loss (0 turns the warning off).
+        explode_factor: warn in one line naming a lower learning rate (the run goes on) when
+            the first ``val/loss`` exceeds this many times the first training loss: most likely
+            a divergence (e.g. SGD at lr 0.1 on a small folder of one's own images); 0: never.
     """
 
     def __init__(

@@ -125,22 +125,19 @@ class Profiling(L.Callback):
         if self.dirpath is None:
             self.dirpath = Path(trainer.default_root_dir) / "profile"
         self.dirpath.mkdir(parents=True, exist_ok=True)
-        activities = [ProfilerActivity.CPU]
-        if pl_module.device.type == "cuda":
-            activities.append(ProfilerActivity.CUDA)
-        with quiet_profiler():
-            self._prof = profile(
-                activities=activities,
-                schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
-                record_shapes=self.record_shapes,
-                profile_memory=self.profile_memory,
-                on_trace_ready=self._export_trace,
-            )
+        cuda = [ProfilerActivity.CUDA] if pl_module.device.type == "cuda" else []
         self._reset_timers()
         self._clock = _FetchClock(trainer.profiler, self.now)
         trainer.profiler = self._clock
         self._sync(pl_module)
         with quiet_profiler():
+            self._prof = profile(
+                activities=[ProfilerActivity.CPU, *cuda],
+                schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                on_trace_ready=self._export_trace,
+            )
             self._prof.start()
         self._epoch_start = self._last_end = self.now()
 

@@ -34,11 +34,10 @@ class StateDictCheckpoint(L.Callback):
     """Save the weights the module validates and exports (its ``export_prefix``: the net, or
     an EMA of it) to ``last.safetensors`` every epoch and ``best.safetensors`` on improvement.
 
-    Only weights are saved (no optimizer, no pickled code), atomically, with keys free of
-    torch.compile's ``_orig_mod.``; each file gets a JSON sidecar (``best.json``,
-    ``last.json``) with epoch, step, the monitored value and the net's config. A NaN or
-    infinite monitored value never replaces the best weights. A run resumed from before
-    safetensors has its ``best.pt``/``last.pt`` replaced (removed) at the first new save.
+    Each file is written atomically, without torch.compile's ``_orig_mod.``, with a JSON
+    sidecar (``best.json``, ``last.json``: epoch, step, the monitored value, the net's config).
+    A NaN or infinite monitored value never replaces the best weights; a run resumed from
+    before safetensors has its ``best.pt``/``last.pt`` removed at the first new save.
 
     A tie on ``monitor`` (common on a small validation split: val/acc 1.0 from epoch 1) is
     broken by ``tie_break`` (lower is better), then by the later epoch; an epoch of a

@@ -18,14 +18,12 @@ log = logging.getLogger(__name__)
 
 
 class ValidationAccuracy(L.Callback):
-    """Track validation accuracy from the argmax of the logits the module returns.
-
-    Each validation epoch it reads the confusion matrix the module keeps on the device
-    (``ClassificationModule.val_stats``; no work of its own per step) and logs
-    ``val/acc_best`` (each class's accuracy is its recall, ``val/recall/<name>``, which
-    the module logs; run dirs written before also hold it as ``val/acc_class/<name>``).
-    At the end of fit it writes ``confusion_matrix.csv``/``.png`` (last validation
-    epoch, rows = true class) and ``learning_curves.png`` into ``dirpath``.
+    """Validation accuracy from the confusion matrix the module keeps on the device
+    (``ClassificationModule.val_stats``; no work of its own per step): logs ``val/acc_best``
+    each validation epoch (each class's accuracy is its recall, ``val/recall/<name>``, which
+    the module logs; run dirs written before also hold it as ``val/acc_class/<name>``), and
+    at the end of fit writes ``confusion_matrix.csv``/``.png`` (last validation epoch, rows =
+    true class) and ``learning_curves.png`` into ``dirpath``.
 
     Args:
         dirpath: where the files go; None means the trainer's ``default_root_dir``.
@@ -53,8 +51,7 @@ class ValidationAccuracy(L.Callback):
         matrix = stats.compute()[0]  # (K, K)
         if trainer.sanity_checking:
             return
-        values = summarize(matrix)  # the numbers the module logs as val/acc, val/recall/<i>
-        acc = float(values["acc"])
+        acc = float(summarize(matrix)["acc"])  # what the module logs as val/acc
         self.epoch_acc = acc
         self.last_matrix = matrix.cpu()
         if math.isfinite(acc) and (self.best is None or acc > self.best):

@@ -68,10 +68,8 @@ def load_full_checkpoint(
 
 
 def first_loadable(candidates: Iterable[Path]) -> tuple[Path, dict] | None:
-    """The first of ``candidates`` (newest first) that loads, with its content.
-
-    A broken file is reported and skipped, so a resume falls back to the one before.
-    """
+    """The first of ``candidates`` (newest first) that loads, with its content; a broken file
+    is reported and skipped, so a resume falls back to the one before."""
     for candidate in candidates:
         if not candidate.is_file():
             continue
@@ -89,11 +87,10 @@ def newest_valid_checkpoint(folder: Path) -> tuple[Path, dict] | None:
     return first_loadable([last, last.with_name(last.name + PREVIOUS_SUFFIX)])
 
 
-def remove_stale_temp_files(folder: Path) -> int:
+def remove_stale_temp_files(folder: Path) -> None:
     """Delete ``.*.tmp`` files left in ``folder`` by a write that was killed half-way."""
     stale = list(Path(folder).glob(".*.tmp"))
     for tmp in stale:
         tmp.unlink(missing_ok=True)
     if stale:
         log.info("removed %d stale temporary file(s) from %s", len(stale), folder)
-    return len(stale)

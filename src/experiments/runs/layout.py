@@ -70,10 +70,8 @@ def weights_file(checkpoints: Path, role: str) -> Path:
 def own_role(name: object) -> str | None:
     """``best`` / ``last`` for a name ``RunDir.checkpoint_name`` gives the run's own weights
     (a bare file name, either format), else None (a path: a file from elsewhere)."""
-    if not isinstance(name, str) or "/" in name or "\\" in name:
-        return None
     suffixes = (WEIGHTS_SUFFIX, OLD_WEIGHTS_SUFFIX)
-    return next((r for r in WEIGHTS_ROLES if name in (f"{r}{s}" for s in suffixes)), None)
+    return next((r for r in WEIGHTS_ROLES for s in suffixes if name == f"{r}{s}"), None)
 
 
 def checkpoint_label(name: object, epoch: object) -> str:
