@@ -143,9 +143,7 @@ def _compare_with_training(layout: RunDir, ckpt_path: Path, metrics: dict[str, f
 
 def command(options: dict, overrides: list[str]) -> None:
     """``python -m experiments.eval``'s work, once ``cli`` has parsed its arguments."""
-    metrics = evaluate(
-        options["run_dir"], options["ckpt"], overrides, options["posthoc_tau"], options["tta"]
-    )
+    metrics = evaluate(**options, overrides=overrides)  # its options are evaluate's arguments
     for key in sorted(metrics):
         print(f"{key}={metrics[key]:.4f}")
     print(f"wrote {RunDir(options['run_dir']).eval_metrics}")

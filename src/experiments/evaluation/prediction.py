@@ -274,18 +274,9 @@ def _shape_and_classes(run: SavedRun) -> tuple[list[int], list[str]]:
 
 
 def command(options: dict, overrides: list[str]) -> None:
-    """``python -m experiments.predict``'s work, once ``cli`` has parsed its arguments."""
-    path = predict(
-        options["run_dir"],
-        options["input"],
-        ckpt=options["ckpt"],
-        output=options["output"] or None,
-        image_dir=options["image_dir"] or None,
-        device=options["device"],
-        overrides=overrides,
-        tta=options["tta"],
-    )
-    print(preview(path))
+    """``python -m experiments.predict``'s work, once ``cli`` has parsed its arguments (its
+    options are ``predict``'s arguments; an empty output= or image_dir= is not given)."""
+    print(preview(predict(**options, overrides=overrides)))
 
 
 def preview(path: Path, first: int = 5) -> str:

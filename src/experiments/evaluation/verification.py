@@ -222,10 +222,8 @@ def integrity(folder: str | Path) -> tuple[bool, list[str]]:
         if not result.has_manifest:
             lines += [f"note: {line}" for line in result.lines()]
         elif result.intact:
-            lines.append(
-                f"intact: {result.folder} ({result.checked} files match {MANIFEST}: sha256 "
-                f"and size)"
-            )
+            matched = f"{result.checked} files match {MANIFEST}: sha256 and size"
+            lines.append(f"intact: {result.folder} ({matched})")
         else:
             ok = False
             found = result.lines()

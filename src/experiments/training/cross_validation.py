@@ -64,11 +64,7 @@ def _fold_config(cfg: DictConfig, k: int, fold: RunDir) -> DictConfig:
 
 def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
     """``metrics.json`` (fold means, ``_std``, every fold) and ``cv.md``; returns the means."""
-    keys = [
-        k
-        for k, v in per_fold[0].items()
-        if k != "seed" and _number(v) and all(_number(f.get(k)) for f in per_fold)
-    ]
+    keys = [k for k in per_fold[0] if k != "seed" and all(_number(f.get(k)) for f in per_fold)]
     stats = {k: summarize([float(f[k]) for f in per_fold]) for k in keys}
     means = {k: s.mean for k, s in stats.items()}
     summary = {
