@@ -171,12 +171,11 @@ def _check_keys(obj, target: str, key: str, keys: set, given: tuple, partial: bo
         raise UserError(
             f"{key}.{unknown[0]}: {target} has no argument {unknown[0]!r}; it takes {takes}"
         )
-    required = [
+    missing = [
         n
         for n, p in params.items()
-        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        if n in named and p.default is p.empty and n not in keys and n not in given
     ]
-    missing = [n for n in required if n not in keys and n not in given]
     if missing and not partial:
         raise UserError(f"{key}: {target} needs {', '.join(missing)} (missing in the saved run)")
 

@@ -54,14 +54,13 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictC
     """The run's saved config with ``paths.output_dir`` set to ``run_dir`` and overrides applied.
 
     Args:
-        run_dir: a run folder, as ``python -m experiments.train`` made it.
         overrides: ``key=value`` (the key must exist in the run's config) or ``+key=value``
             (adds a key). Values are parsed like YAML / Hydra: ``128``, ``null``, ``[1,2]``.
 
     Raises:
         UserError: missing folder or config, unknown key, unreadable or non-plain YAML (an
             alias bomb, a tag). Nothing is resolved or checked against the vocabulary
-            here (see ``resolved`` and ``config.allowlist``).
+            here (see ``resolved`` and ``recorded.allowlist``).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -138,9 +137,7 @@ def _apply_override(cfg: DictConfig, arg: str, path: Path) -> None:
         raise UserError(f"override {arg!r}: cannot parse the value: {one_line(err)}") from None
     plain = OmegaConf.to_container(cfg, resolve=False)
     current = lookup(plain, key.split("."))
-    found = current is not ABSENT
-    current = None if current is ABSENT else current
-    if not found and not add:
+    if current is ABSENT and not add:
         hint = difflib.get_close_matches(key, list(_all_keys(plain)), n=1)
         did_you_mean = f"; did you mean {hint[0]}?" if hint else ""
         raise UserError(

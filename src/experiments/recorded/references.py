@@ -44,9 +44,8 @@ def resolve(root: dict, key: str, where: str) -> Any:
     node = lookup(root, parts)
     if node is ABSENT:
         return None
-    resolver = _Resolver(root, where)
     try:
-        value = resolver.value(node, parts, 0)
+        value = _Resolver(root, where).value(node, parts, 0)
     except RecursionError:
         raise UserError(f"{where}: {key} is nested too deeply (refused)") from None
     _check_size(value, key, where)

@@ -77,11 +77,7 @@ def read_overrides(path: str | Path, searchpath: Sequence[Path] = ()) -> list[st
 
 def check_resumed(argv: list[str]) -> None:
     """``resume=<run>`` replays the run's saved overrides: check each entry of them
-    (``read_overrides``) before Hydra starts, and before a compose reads a file one names.
-
-    Raises:
-        UserError: as ``read_overrides``.
-    """
+    (``read_overrides``) before Hydra starts, and before a compose reads a file one names."""
     for arg in argv:
         if not arg.lstrip("+").startswith("resume="):
             continue
@@ -191,9 +187,8 @@ def _check_value(value: Any, key: str, refuse) -> None:
                 if is_secret_key(name):
                     raise refuse(f"the value of {where} reads the secret variable {name}")
             for resolver in _RESOLVER.findall(node):
-                if resolver not in READ_ONLY_RESOLVERS and not resolver.startswith(
-                    OWN_RESOLVER_PREFIX
-                ):
+                own = resolver.startswith(OWN_RESOLVER_PREFIX)
+                if not own and resolver not in READ_ONLY_RESOLVERS:
                     raise refuse(
                         f"the value of {where} calls the resolver {resolver}, which can turn "
                         f"text into config"

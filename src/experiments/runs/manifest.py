@@ -42,12 +42,9 @@ CHUNK = 1 << 20
 
 
 def artifacts(folder: Path) -> Iterable[Path]:
-    """The files a manifest of ``folder`` lists, relative to it, in a stable order.
-
-    A subfolder with its own manifest (a sweep's job) is left to it, except its
-    ``job.json``: the sweep writes that record after the job's manifest, so the sweep's
-    manifest lists it and the job's does not.
-    """
+    """The files a manifest of ``folder`` lists (see above), relative to it, in a stable order.
+    A job's ``job.json`` is in the sweep's manifest, not the job's: the sweep writes that
+    record after the job's manifest."""
     folder = Path(folder)
     for root, dirs, files in os.walk(folder, followlinks=False):
         here = Path(root)
@@ -193,12 +190,10 @@ def check_tree(folder: str | os.PathLike) -> list[Integrity]:
 
 
 def refresh(folder: str | os.PathLike, before: Integrity) -> Path | None:
-    """Update ``folder``'s manifest after a command wrote into it: a file that changed,
-    appeared or went since ``before`` (the check made when the command opened the run) was
-    written by the command and gets a new entry; every other entry stays as it was, so a file
-    modified before the command keeps being reported, however the command was told to trust it.
-    A folder without a manifest (an older run) gets none: nothing was checked, so a new one
-    would vouch for files nobody compared. Returns the manifest, or None.
+    """Update ``folder``'s manifest after a command wrote into it (see above): a file that
+    changed, appeared or went since ``before`` (the check made when the command opened the
+    run) gets a new entry; every other entry stays. A folder without a manifest (an older run)
+    gets none: a new one would vouch for files nobody compared. Returns the manifest, or None.
     """
     folder = Path(folder)
     entries = _entries(folder)

@@ -37,9 +37,8 @@ def mark_sweep_process() -> None:
 
 
 def end_with_sweep_process(poll_s: float = POLL_S, grace_s: float = GRACE_S) -> None:
-    """In a job's process: when it is a worker the sweep's process started and that process
-    dies, stop this one (SIGTERM, then SIGKILL after ``grace_s``). Nothing in the sweep's
-    own process (the basic launcher) or in a process someone else started (a Ray worker)."""
+    """In a job's process that the sweep's process started: end with it (see above). Nothing
+    in the sweep's own process (the basic launcher) or one someone else started (a Ray worker)."""
     sweep = os.environ.get(SWEEP_PID_ENV, "")
     if _watching or not sweep.isdigit() or int(sweep) == os.getpid():
         return
