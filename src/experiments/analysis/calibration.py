@@ -119,31 +119,20 @@ def choose_temperature(logits: torch.Tensor, labels: torch.Tensor) -> Temperatur
         return TemperatureChoice(1.0, None, "; ".join(refused) + f"; {advice}")
     fitted = fit_temperature(logits, labels)
     if not T_RANGE[0] * 1.001 < fitted < T_RANGE[1] / 1.001:
-        return TemperatureChoice(
-            1.0,
-            fitted,
-            f"the NLL-minimizing T is at the bound of [{T_RANGE[0]:g}, {T_RANGE[1]:g}] "
-            f"({fitted:.4g}): the validation split does not pin T down; {advice}",
-        )
+        why = (f"the NLL-minimizing T is at the bound of [{T_RANGE[0]:g}, {T_RANGE[1]:g}] "
+               f"({fitted:.4g}): the validation split does not pin T down; {advice}")  # fmt: skip
+        return TemperatureChoice(1.0, fitted, why)
     checks = _cross_fit(logits, labels)
     c = next((c for c in checks if c["nll_after"] > c["nll_before"]), None)
     if c is not None:
-        return TemperatureChoice(
-            1.0,
-            fitted,
-            f"a cross-fitted check on validation shows NLL rising: T = {c['temperature']:.4g} "
-            f"fitted on one half raises the other half's NLL {c['nll_before']:.4f} -> "
-            f"{c['nll_after']:.4f}",
-            checks,
-        )
+        why = (f"a cross-fitted check on validation shows NLL rising: T = {c['temperature']:.4g} "
+               f"fitted on one half raises the other half's NLL {c['nll_before']:.4f} -> "
+               f"{c['nll_after']:.4f}")  # fmt: skip
+        return TemperatureChoice(1.0, fitted, why, checks)
     shown = ", ".join(f"{c['nll_before']:.4f} -> {c['nll_after']:.4f}" for c in checks)
-    return TemperatureChoice(
-        fitted,
-        fitted,
-        f"fitted on the validation split; a cross-fitted check (T fitted on each half, NLL on "
-        f"the other) lowers NLL both ways: {shown}",
-        checks,
-    )
+    why = (f"fitted on the validation split; a cross-fitted check (T fitted on each half, NLL on "
+           f"the other) lowers NLL both ways: {shown}")  # fmt: skip
+    return TemperatureChoice(fitted, fitted, why, checks)
 
 
 def _cross_fit(logits: torch.Tensor, labels: torch.Tensor) -> list[dict]:

@@ -31,7 +31,6 @@ def _config_cell(group: Group, key: str) -> str:
 
 
 def marker(comparison: Comparison, group: Group) -> str:
-    """``best`` for a winner at 95%, ``tie`` for a group tied at the top, else ``""``."""
     if group is comparison.best:
         return "best"
     return "tie" if group.name in comparison.tied else ""

@@ -99,17 +99,6 @@ def new_folder(base: Path) -> Path:
     return folder
 
 
-def fresh_seeds(comparison: Comparison, count: int) -> list[int]:
-    """``count`` whole seeds no compared run used: after the largest whole seed used."""
-    used = [s for g in comparison.groups for s in g.seeds if type(s) is int]
-    start = max(used) + 1 if used else 0
-    return list(range(start, start + count))
-
-
-def _key(entry: str) -> str:
-    return entry.partition("=")[0].lstrip("+~")
-
-
 def confirm(
     comparison: Comparison,
     top_k: int,
@@ -141,9 +130,12 @@ def confirm(
                 f"{layout.saved_overrides}: missing; confirm_top_k re-runs a config from its "
                 f"saved overrides, which python -m experiments.train writes"
             )
-        kept = [o for o in read_overrides(layout.saved_overrides) if _key(o) not in REPLACED]
+        overrides = read_overrides(layout.saved_overrides)
+        kept = [o for o in overrides if o.partition("=")[0].lstrip("+~") not in REPLACED]
         plans.append((group, kept))
-    seeds = fresh_seeds(comparison, n_seeds)
+    # seeds no compared run used: after the largest whole seed used
+    start = max((s for g in groups for s in g.seeds if type(s) is int), default=-1) + 1
+    seeds = list(range(start, start + n_seeds))
     folder.mkdir(parents=True, exist_ok=False)
     fresh, differs = [], {}
     listed = ",".join(map(str, seeds))

@@ -185,7 +185,8 @@ def group_config(
             return True
         return isinstance(value, str) and (
             any(i in value for i in LOCATION_INTERPOLATIONS)
-            or any(_names_folder(value, d) for d in dirs)
+            # the path d itself or a path under it (not d + "0")
+            or any(re.search(re.escape(d) + r"(?![^/\\])", value) for d in dirs)
         )
 
     return dict(dotted_leaves(config, skip))
@@ -195,11 +196,6 @@ def replicates(config: dict[str, Any]) -> dict[str, Any]:
     """The keys of a saved config that only replicate a run (``importance.is_replicate``)."""
     leaves = dotted_leaves(config, lambda dotted, key, value: dotted in ("paths", "hydra"))
     return {dotted: value for dotted, value in leaves if is_replicate(dotted)}
-
-
-def _names_folder(value: str, folder: str) -> bool:
-    """``value`` holds the path ``folder`` itself or a path under it (not ``folder`` + "0")."""
-    return re.search(re.escape(folder) + r"(?![^/\\])", value) is not None
 
 
 def identity(value: Any) -> Any:

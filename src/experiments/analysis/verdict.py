@@ -82,11 +82,6 @@ def welch(a: Stats, b: Stats) -> tuple[float, float] | None:
     return t, df
 
 
-def _shared_seeds(ra: Sequence[Hashable], rb: Sequence[Hashable]) -> bool:
-    """Whether two groups ran the same seeds, each once: their runs pair up by seed."""
-    return len(set(ra)) == len(ra) == len(rb) == len(set(rb)) >= 2 and set(ra) == set(rb)
-
-
 def _same(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
@@ -104,7 +99,8 @@ def compare_pair(
     sa, sb = summarize(a), summarize(b)
     diff = sign * (sa.mean - sb.mean)
     n = (len(a), len(b))
-    if _shared_seeds(ra, rb):
+    # the two groups ran the same seeds, each once: their runs pair up by seed
+    if len(set(ra)) == len(ra) == len(rb) == len(set(rb)) >= 2 and set(ra) == set(rb):
         by_seed = dict(zip(rb, b, strict=True))
         d = [sign * (x - by_seed[r]) for x, r in zip(a, ra, strict=True)]
         sd = summarize(d).std or 0.0
@@ -178,15 +174,12 @@ def decide(
     """The verdict on groups given best first (``names[0]`` has the best mean).
 
     Args:
-        names: the groups' names, best mean first.
         values: each group's metric, one value per run.
         replicates: each run's replicate key (its seed): groups whose runs have the same
             set of them are compared paired.
         mode: ``max`` or ``min``.
         metric: its name, for the text.
     """
-    if len(names) < 2:
-        raise ValueError("a verdict needs two groups or more")
     sign = 1 if mode == "max" else -1
     pairs = [
         compare_pair(names[i], values[0], values[i], replicates[0], replicates[i], sign)

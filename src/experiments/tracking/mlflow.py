@@ -101,7 +101,7 @@ class ExperimentsMLFlowLogger(MLFlowLogger):
 
 
 def _local_path(uri: str) -> Path | None:
-    """The file a ``sqlite:///`` URI names, or the folder of a ``file:`` / plain path URI."""
+    """The local folder a ``sqlite:///``, ``file:`` or plain-path URI needs; None for a server."""
     if uri.startswith("sqlite:///"):
         path = uri[len("sqlite:///") :]
         return Path(path).parent if path and path != ":memory:" else None

@@ -24,8 +24,7 @@ from experiments.tracking.importance import swept
 def draw(sweep_dir: Path, done: list[dict], keys: list[str], metric: str, top: list[str]) -> str:
     """Draw ``parallel.png`` from the finished jobs ``done`` across the swept ``keys``, and
     ``contour.png`` over ``top`` (the two most important keys) when there are two; remove
-    either one that was not drawn now (it showed an earlier state of the sweep, or nothing
-    applies: ``done`` empty). Returns the files drawn, as ``` `a.png`, `b.png` ```."""
+    those not drawn now. Returns the files drawn, as ``` `a.png`, `b.png` ```."""
     sweep = SweepDir(sweep_dir)
     plotted = [_parallel(done, keys, metric, sweep.parallel_png)] if done else []
     if done and len(top) == 2:

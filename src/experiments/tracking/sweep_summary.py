@@ -117,8 +117,6 @@ class SweepSummary(Callback):
 
 
 def failed_line(failed: list[dict], total: int, sweep_dir: Path) -> str:
-    """One line for the end of a sweep some of whose jobs failed: how many, the first
-    failure, where the summary is."""
     first = failed[0]
     more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
     return (
@@ -128,7 +126,6 @@ def failed_line(failed: list[dict], total: int, sweep_dir: Path) -> str:
 
 
 def _write_job(hydra_cfg, overrides, status: str, error, value, wall_time_s) -> None:
-    """The job's ``job.json``: what the summary is rebuilt from."""
     # the Optuna trial this job ran, when our Optuna sweeper launched it
     trial = (hydra_cfg.job.get("env_set") or {}).get(TRIAL_ENV)
     write_json(

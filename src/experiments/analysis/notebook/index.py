@@ -134,8 +134,6 @@ class Reader:
         record["reason"] = printable("; ".join(reasons))
         return record
 
-    # -- the parts of a record
-
     def _config(self, run: RunDir, record: dict, reasons: list[str], running: str) -> dict | None:
         if not run.saved_config.is_file():
             if not running:
@@ -300,9 +298,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     return str(value)
-
-
-# ---------------------------------------------------------------- the index
 
 
 @dataclass

@@ -255,26 +255,20 @@ function drawSweep() {
   Plotly.react(parPlot, [{type: 'parcoords', dimensions: dims, line: {color: last, showscale: true}}],
     {margin: {t: 40, l: 60, r: 60}}, PLOT_CONFIG);
 }
-function ready(note) {
-  if (note) document.body.dataset.plotly = note;
-  document.body.dataset.ready = '1';
-}
 async function loadPlotly() {
   var b64 = document.getElementById('plotly-gz').textContent.trim();
   var bin = Uint8Array.from(atob(b64), function (c) { return c.charCodeAt(0); });
   var stream = new Blob([bin]).stream().pipeThrough(new DecompressionStream('gzip'));
-  var code = await new Response(stream).text();
-  var script = document.createElement('script');
-  script.textContent = code;
-  document.head.appendChild(script);
+  document.head.appendChild(el('script', null, await new Response(stream).text()));
 }
 fillGroupBy();
 drawGroups();
 if (rows.length) tickBest();
 loadPlotly().then(function () {
-  drawCurves(); drawGroups(); drawSweep(); ready('');
+  drawCurves(); drawGroups(); drawSweep(); document.body.dataset.ready = '1';
 }).catch(function (e) {
-  ready('plots unavailable: ' + e);
+  document.body.dataset.plotly = 'plots unavailable: ' + e;
+  document.body.dataset.ready = '1';
   document.body.insertBefore(el('p', {'class': 'meta'}, 'The plots could not be drawn: ' + e), document.body.children[2]);
 });
 })();

@@ -136,9 +136,6 @@ def optimized_pairs(df: pd.DataFrame) -> list[tuple]:
     return list(zip(df["optimized_metric"], df["optimized_mode"], strict=True))
 
 
-# ---------------------------------------------------------------- the where language
-
-
 @dataclass(frozen=True)
 class Clause:
     key: str

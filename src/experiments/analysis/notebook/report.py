@@ -213,9 +213,8 @@ def sweeps(df, records: dict, root: Path, metrics: list[str]) -> list[dict]:
         except UserError as err:
             results, error = {}, f" ({one_line(err)})"
         importance, how = sweep_importance(done, keys, metric, results)
-        how += error
         out.append({
-            "name": printable(str(sweep)), "metric": metric, "how": printable(how),
+            "name": printable(str(sweep)), "metric": metric, "how": printable(how + error),
             "importance": [[printable(k), _plain(v)] for k, v in importance.items()],
             "keys": [printable(k) for k in keys],
             "rows": [[_plain(_maybe_number(r.get(k))) for k in keys] + [_plain(r[metric])]
