@@ -103,23 +103,17 @@ def checked_names(
     training and, split independently, can land in both the training and the test split,
     so the test score is partly a memory test.
     """
-    names, first_row = [], {}
+    names, first_row, folder = [], {}, f"data.image_dir={image_dir}"
     for name, label, line in zip(files, labels, lines, strict=True):
+        norm, problem = os.path.normpath(name), None
         if "\0" in name:
-            raise UserError(
-                f"{csv_file} row {line}: file name {_short(name, 200)} holds a NUL byte"
-            )
-        if os.path.isabs(name):
-            raise UserError(
-                f"{csv_file} row {line}: file name {_short(name, 200)} is an absolute path; file "
-                f"names must be relative to data.image_dir={image_dir}"
-            )
-        norm = os.path.normpath(name)
-        if norm == os.curdir or norm == os.pardir or norm.startswith(os.pardir + os.sep):
-            raise UserError(
-                f"{csv_file} row {line}: file name {_short(name, 200)} leads outside "
-                f"data.image_dir={image_dir}; file names must be relative paths inside it"
-            )
+            problem = "holds a NUL byte"
+        elif os.path.isabs(name):
+            problem = f"is an absolute path; file names must be relative to {folder}"
+        elif norm in (os.curdir, os.pardir) or norm.startswith(os.pardir + os.sep):
+            problem = f"leads outside {folder}; file names must be relative paths inside it"
+        if problem:
+            raise UserError(f"{csv_file} row {line}: file name {_short(name, 200)} {problem}")
         if norm in first_row:
             i = first_row[norm]
             same = labels[i] == label

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 import lightning as L
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+from torchvision.transforms import v2
 
 from experiments.config.hints import Ge, Le, Length, Lt, Why
 from experiments.data import sources, store
@@ -22,7 +23,7 @@ from experiments.data.images import peek_image
 from experiments.data.loaders import loader
 from experiments.data.normalization import normalize, resolve_stats
 from experiments.data.splits import split_indices, warn_absent_classes
-from experiments.data.transforms import batch_mixer, compose, is_deterministic
+from experiments.data.transforms import batch_mixer, is_deterministic
 from experiments.errors import UserError
 from experiments.runs.files import write_json
 
@@ -53,7 +54,6 @@ class ImageData(L.LightningDataModule):
             the non-test samples; None: validate on ``val_fraction``.
         fold: which of the ``folds`` folds is validated on.
         batch_size: per-device batch size of every loader.
-        num_workers: DataLoader worker processes.
         pin_memory: pin host memory for faster host-to-GPU copies.
         persistent_workers: keep workers alive across epochs (only with num_workers > 0).
         sampler: ``shuffle`` (each training sample once per epoch) or ``balanced`` (as
@@ -110,8 +110,7 @@ class ImageData(L.LightningDataModule):
 
     def __post_init__(self) -> None:
         super().__init__()
-        # set by store.plan at setup, read by the loaders: split -> TensorStore (the
-        # batch-level path), and that path's augmentation, run per batch on the device
+        # set by store.plan at setup: split -> TensorStore, and the batch path's augmentation
         self.stores: dict = {}
         self.augment_batch: Callable | None = None
         self.stats: tuple[list[float], list[float]] | None = None
@@ -154,7 +153,8 @@ class ImageData(L.LightningDataModule):
             return
         train_transform = self.train_transform
         if self.augment is not None:  # random augmentation of training samples only
-            train_transform = compose(self.augment, self.train_transform)
+            parts = [self.augment, self.train_transform]
+            train_transform = v2.Compose([t for t in parts if t is not None])
         full_train, own_test = self.sets(train_transform)
         full_eval, own_test_eval = self.sets(self.eval_transform)
         targets = getattr(full_train, "targets", None)
@@ -239,9 +239,6 @@ class ImageData(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return loader(self, "test")
-
-
-# -- the sources --------------------------------------------------------------------------
 
 
 @_config

@@ -132,7 +132,6 @@ class ShapesData(SplitLoaders):
         image_size: ``[H, W]`` of a generated image (square: H = W); with ``folder``,
             resize to it (None: as read).
         noise: std of the generated images' pixel noise.
-        max_shapes: at most this many shapes per generated image.
         data_seed: the generator's seed: which images (the training seed does not move it).
         class_names: one name per class index; None: ``SHAPES``.
     """

@@ -46,11 +46,6 @@ def is_deterministic(transform) -> bool:
     return cls.__module__.startswith("torchvision.transforms") and cls.__name__ in DETERMINISTIC
 
 
-def compose(*transforms: Callable | None) -> Callable:
-    """One transform of the given ones in order (None skipped)."""
-    return v2.Compose([t for t in transforms if t is not None])
-
-
 def batch_mixer(mixup_alpha: float, cutmix_alpha: float, num_classes: int) -> Callable:
     """MixUp and/or CutMix of a whole batch (torchvision's), one of them per batch."""
     mixers = []

@@ -124,8 +124,7 @@ class ClassificationModule(TaskSteps, L.LightningModule):
         if tta not in TTA:
             raise UserError(f"model.tta={tta!r} is not valid; use one of {', '.join(TTA)}")
         self.tta = str(tta)
-        # the weights that are validated, tested and exported (RunDir.best/last_weights);
-        # an average of them (model.ema_decay: the builder's WeightAveraging) is swapped in
+        # the weights validated, tested and exported (RunDir.best/last_weights)
         self.export_prefix = "net."
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.scheduler_interval, self.monitor = scheduler_interval, monitor

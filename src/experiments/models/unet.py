@@ -21,7 +21,6 @@ class UNet(nn.Module):
     encoder's sizes exactly).
 
     Args:
-        in_channels: image channels (1 grayscale, 3 RGB).
         num_classes: classes per pixel, the background included.
         width: channels of the first stage; each deeper stage doubles them.
         depth: how many times the encoder halves the resolution.
