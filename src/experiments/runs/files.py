@@ -51,10 +51,15 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def write_text(path: str | os.PathLike, text: str | bytes) -> Path:
+    """Write ``text`` (as UTF-8) or bytes, atomically."""
+    data = text.encode() if isinstance(text, str) else text
+    return atomic_write(path, lambda f: f.write(data))
+
+
 def write_json(path: str | os.PathLike, data: Any) -> Path:
     """Write ``data`` as indented JSON, atomically."""
-    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
-    return atomic_write(path, lambda f: f.write(text.encode()))
+    return write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 # what a file handed to us may hold: a run dir's JSON and YAML are small; anything larger is

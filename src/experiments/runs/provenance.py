@@ -19,7 +19,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from experiments.runs.files import atomic_write, write_json
+from experiments.runs.files import write_json, write_text
 from experiments.runs.layout import GIT_DIFF, REPRODUCE, REQUIREMENTS, RunDir
 from experiments.secrets import redact_argv
 
@@ -117,12 +117,9 @@ def write_environment(
     layout = RunDir(run_dir)
     write_json(layout.env, env)
     if env["git_dirty"]:
-        diff = git.get("diff") or ""
-        atomic_write(layout.git_diff, lambda f: f.write(diff.encode()))
-    requirements = "\n".join(git.get("requirements") or []) + "\n"
-    atomic_write(layout.requirements, lambda f: f.write(requirements.encode()))
-    script = reproduce_script(env, run_overrides(), run_config_dirs())
-    atomic_write(layout.reproduce_script, lambda f: f.write(script.encode()))
+        write_text(layout.git_diff, git.get("diff") or "")
+    write_text(layout.requirements, "\n".join(git.get("requirements") or []) + "\n")
+    write_text(layout.reproduce_script, reproduce_script(env, run_overrides(), run_config_dirs()))
     layout.reproduce_script.chmod(0o755)
     return env
 

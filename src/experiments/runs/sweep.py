@@ -155,15 +155,14 @@ def plan_job(job_dir: Path, retry_failed: bool) -> tuple[str, Any]:
     with its sweep (or refused while an orphan of it still trained) is recorded failed, yet
     its run may have ended since; its metrics are the truth, not the stale record.
     """
-    run = RunDir(job_dir)
     before = previous_job(job_dir)
     metrics = finished_metrics(job_dir)
     if metrics is not None:
         return "keep", metrics
     if before is not None and before.get("status") == "failed" and not retry_failed:
         return "failed", before
-    if run.has_checkpoint():
-        return "resume", run.path
+    if RunDir(job_dir).has_checkpoint():
+        return "resume", RunDir(job_dir).path
     return "run", None
 
 

@@ -14,7 +14,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
 from experiments.errors import UserError, one_line
-from experiments.runs.files import atomic_write
+from experiments.runs.files import atomic_write, write_text
 
 COMPILE_PREFIX = "_orig_mod."
 SAFETENSORS = ".safetensors"
@@ -27,8 +27,7 @@ def save_state_dict(state_dict: dict, path: str | os.PathLike) -> Path:
     if str(path).endswith(SAFETENSORS):
         # contiguous, unshared CPU copies: safetensors refuses views and shared storage
         tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in clean.items()}
-        payload = save(tensors)
-        return atomic_write(path, lambda f: f.write(payload))
+        return write_text(path, save(tensors))
     return atomic_write(path, lambda f: torch.save(clean, f))
 
 
