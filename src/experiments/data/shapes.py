@@ -18,7 +18,6 @@ from experiments.data.loaders import SplitLoaders
 from experiments.errors import UserError
 
 SHAPES = ("background", "circle", "square", "triangle")
-MASK_SUFFIX = ".png"
 
 
 def generate_shapes(
@@ -90,7 +89,7 @@ def read_folder(
         raise UserError(f"data.folder={folder}: images/ is empty")
     images, masks = [], []
     for path in files:
-        mask_path = mask_dir / (path.stem + MASK_SUFFIX)
+        mask_path = mask_dir / (path.stem + ".png")
         if not mask_path.is_file():
             raise UserError(f"{path}: no mask {mask_path} (a PNG of class indices per pixel)")
         image = read_image(path, "L")

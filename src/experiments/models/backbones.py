@@ -58,10 +58,8 @@ def backbone(
     if library not in LIBRARIES:
         raise UserError(f"model.net.library={library!r} is not valid; use one of {LIBRARIES}")
     channels = int(in_shape[0])
-    if library == "timm":
-        net, norm, source = _timm(name, num_classes, channels, pretrained, download)
-    else:
-        net, norm, source = _torchvision(name, num_classes, channels, pretrained, download)
+    make = _timm if library == "timm" else _torchvision
+    net, norm, source = make(name, num_classes, channels, pretrained, download)
     new_ok = [head_prefix(net)]
     if small_input and max(in_shape[1:]) <= 64 and hasattr(net, "maxpool"):
         # 3x3 stride 1, no max-pool: small images keep their resolution (and the file's

@@ -152,7 +152,23 @@ class ClassificationModule(TaskSteps, L.LightningModule):
         return self.net(x)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        _legacy_ema(checkpoint)
+        """A full checkpoint of a run trained when this module kept its own EMA holds it in
+        ``state_dict`` as ``ema.<net key>``: moved to the state of ``callbacks.WeightAveraging``
+        (state key ``WeightAveraging``, its names ``net.<key>``), which ``model.ema_decay`` now
+        builds, so such a run still resumes, its average continued from the same step."""
+        state = checkpoint.get("state_dict") or {}
+        legacy = {k: state.pop(k) for k in [k for k in state if k.startswith("ema.")]}
+        if not legacy:
+            return
+        checkpoint.setdefault("callbacks", {}).setdefault(
+            "WeightAveraging",
+            {
+                "kind": "ema",
+                "last_step": int(checkpoint.get("global_step", 0)),
+                "average": {"net." + k.removeprefix("ema."): v for k, v in legacy.items()},
+                "window": [],
+            },
+        )
 
     def initialize_from(self, source: str | Path) -> None:
         """Load a finished run's best weights (``best.safetensors``, an older run's
@@ -297,23 +313,3 @@ class ClassificationModule(TaskSteps, L.LightningModule):
         return with_scheduler(
             self, optimizer, self.scheduler_factory, self.scheduler_interval, self.monitor
         )
-
-
-def _legacy_ema(checkpoint: dict) -> None:
-    """A full checkpoint of a run trained when this module kept its own EMA holds it in
-    ``state_dict`` as ``ema.<net key>``: moved to the state of ``callbacks.WeightAveraging``
-    (state key ``WeightAveraging``, its names ``net.<key>``), which ``model.ema_decay`` now
-    builds, so such a run still resumes, its average continued from the same step."""
-    state = checkpoint.get("state_dict") or {}
-    legacy = {k: state.pop(k) for k in [k for k in state if k.startswith("ema.")]}
-    if not legacy:
-        return
-    checkpoint.setdefault("callbacks", {}).setdefault(
-        "WeightAveraging",
-        {
-            "kind": "ema",
-            "last_step": int(checkpoint.get("global_step", 0)),
-            "average": {"net." + k.removeprefix("ema."): v for k, v in legacy.items()},
-            "window": [],
-        },
-    )

@@ -155,8 +155,7 @@ class RegressionModule(TaskSteps, L.LightningModule):
         return loss
 
     def predict_step(self, batch, batch_idx: int) -> torch.Tensor:
-        x = batch[0] if isinstance(batch, list | tuple) else batch
-        return self.to_original(self(x))
+        return self.to_original(self(batch[0] if isinstance(batch, list | tuple) else batch))
 
     def trained_parameters(self):
         return self.layers.parameters()

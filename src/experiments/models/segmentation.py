@@ -149,8 +149,7 @@ class SegmentationModule(TaskSteps, L.LightningModule):
         return loss
 
     def predict_step(self, batch, batch_idx: int) -> torch.Tensor:
-        x = batch[0] if isinstance(batch, list | tuple) else batch
-        return self(x).argmax(1)
+        return self(batch[0] if isinstance(batch, list | tuple) else batch).argmax(1)
 
     def trained_parameters(self):
         return self.net.parameters()
