@@ -36,9 +36,8 @@ def evaluate(
     """Test ``ckpt`` of the run in ``run_dir`` and write ``<run_dir>/eval_metrics.json``.
 
     Args:
-        run_dir: a folder made by ``python -m experiments.train``.
-        ckpt: ``best``, ``last`` or a path to a weights-only ``.pt`` state_dict.
-        overrides: ``key=value`` changes to the run's config (keys must exist).
+        run_dir, ckpt, overrides: a folder made by ``python -m experiments.train``, its
+            checkpoint and ``key=value`` changes to its config, as ``SavedRun`` takes them.
         posthoc_tau: also report ``test/posthoc/<metric>`` on logits minus
             ``posthoc_tau * log(class prior of the train split)`` (post-hoc logit
             adjustment, Menon et al., 2021).

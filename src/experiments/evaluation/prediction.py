@@ -59,11 +59,11 @@ def predict(
         run_dir: a folder made by ``python -m experiments.train``.
         input: a folder of images, or a CSV with a ``filename`` column; for a regression
             run, a CSV with the feature columns.
-        ckpt: ``best``, ``last`` or a path to a weights-only ``.pt`` state_dict.
+        ckpt, overrides: the checkpoint and ``key=value`` changes to the run's config, as
+            ``SavedRun`` takes them.
         output: the CSV to write; None means ``<run_dir>/predictions.csv``.
         image_dir: folder the CSV's file names are relative to (default: the CSV's folder).
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
-        overrides: ``key=value`` changes to the run's config (keys must exist).
         tta: ``flip`` or ``flip_translate`` (a classifier only): each image's probabilities
             are the mean softmax over its views (``models.tta.tta_views``), as eval's
             ``test/tta/*``; ``none`` predicts from the image alone.

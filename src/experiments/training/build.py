@@ -52,22 +52,16 @@ def datamodule_and_model(cfg: DictConfig):
     if getattr(net, "pretrained_norm", None) is not None:
         datamodule.use_weights_stats(*net.pretrained_norm)
     extra = model_extras(cfg.model, datamodule)
-    model = instantiate(
-        cfg.model,
-        net=net,
-        optimizer=instantiate(cfg.optimizer),
-        scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
-        num_classes=datamodule.num_classes,
-        **extra,
-    )
+    model = instantiate(cfg.model, net=net, num_classes=datamodule.num_classes, **extra,
+                        **optimizer_partials(cfg))  # fmt: skip
     if model.init_from:
         model.initialize_from(model.init_from)
     return datamodule, model
 
 
 def optimizer_partials(cfg: DictConfig) -> dict:
-    """``optimizer`` and ``scheduler`` (partials, or None) for the arguments of that name a
-    module of your own takes; nothing for one that configures its own."""
+    """``optimizer`` and ``scheduler`` (partials, or None) for the arguments of that name the
+    module takes; nothing for a module of your own that configures its own."""
     takes = inspect.signature(get_object(str(cfg.model._target_))).parameters
     return {
         key: instantiate(cfg[key]) if cfg.get(key) else None

@@ -13,6 +13,7 @@ import html
 import json
 import math
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +116,8 @@ def split_counts(datamodule) -> dict[str, dict[str, int]]:
         if subset is None or targets is None:
             continue
         indices = getattr(subset, "indices", range(len(subset)))
-        row = dict.fromkeys(names, 0)
-        for i in indices:
-            row[names[int(targets[i])]] += 1
-        counts[split] = row
+        found = Counter(names[int(targets[i])] for i in indices)
+        counts[split] = {name: found[name] for name in names}
     return counts
 
 
@@ -127,8 +126,7 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     kept in the run's ``data_counts.json`` so later writers have them too).
 
     Every number names its checkpoint (the best or last weights with its epoch), split and
-    sample count; each command that changes a file the card reads (train, eval, calibrate,
-    export) writes it again from all of them, so it never mixes an old card with a new file.
+    sample count; written whole each time, it never mixes an old card with a new file.
     """
     layout = RunDir(run_dir)
     counts_file = layout.data_counts

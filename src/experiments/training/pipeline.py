@@ -325,10 +325,8 @@ def _progress(trainer, callbacks) -> dict[str, int]:
 
 def _pruned(callbacks) -> dict[str, int]:
     """``{"pruned_at_epoch": N}`` when an Optuna pruner stopped this trial."""
-    for callback in callbacks:
-        if isinstance(callback, TrialReporter) and callback.pruned_at_epoch is not None:
-            return {"pruned_at_epoch": callback.pruned_at_epoch}
-    return {}
+    epoch = next((c.pruned_at_epoch for c in callbacks if isinstance(c, TrialReporter)), None)
+    return {} if epoch is None else {"pruned_at_epoch": epoch}
 
 
 def _scalars(values) -> dict[str, float]:
