@@ -91,6 +91,8 @@ def test_batch_augmenter_maps_the_presets():
     assert batch_augmenter(None)(torch.ones(2, 1, 3, 3)).equal(torch.ones(2, 1, 3, 3))
     assert batch_augmenter(v2.Compose([RandomShift(4, "reflect"), v2.RandomHorizontalFlip()]))
     assert batch_augmenter(v2.TrivialAugmentWide()) is None
+    # symmetric padding has no batch form: the sample path, not a ValueError from setup()
+    assert batch_augmenter(RandomShift(4, "symmetric")) is None
 
 
 @pytest.mark.slow
