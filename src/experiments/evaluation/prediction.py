@@ -91,9 +91,7 @@ def predict(
     if run.task != "segmentation":
         run.require_classifier("predict")  # a module of your own: its output is its own code's
     follow_symlinks = run.data_cfg.get("follow_symlinks") is True  # the run's own CSV rule
-    names, paths = _list_inputs(
-        Path(input), Path(image_dir) if image_dir else None, follow_symlinks
-    )
+    names, paths = _list_inputs(Path(input), image_dir, follow_symlinks)
     output = check_output(Path(output) if output else run.layout.predictions, run_dir)
     if run.task == "segmentation":
         return _predict_masks(run, names, paths, output, device)
@@ -169,10 +167,8 @@ def _predict_masks(run: SavedRun, names: list, paths: list, output: Path, device
                     one[None], size=(height, width), mode="bilinear", align_corners=False
                 )[0]
             mask = one.argmax(0).to(torch.uint8).cpu().numpy()  # (H, W)
-            written = masks_dir / target
-            png = io.BytesIO()
-            Image.fromarray(mask).save(png, format="PNG")  # (H, W) uint8: mode L
-            atomic_write(written, lambda f, png=png: f.write(png.getvalue()))
+            written = masks_dir / target  # (H, W) uint8: an 8-bit (mode L) PNG
+            atomic_write(written, lambda f, mask=mask: Image.fromarray(mask).save(f, format="PNG"))
             present = [class_names[i] for i in sorted(set(mask.flat))]
             rows.append((name, str(written), ";".join(present)))
     return _write(run, output, MASK_COLUMNS, rows)
@@ -197,7 +193,7 @@ def _logits(run: SavedRun, net, paths: list[Path], in_shape, device, views=None)
 
 
 def _list_inputs(
-    input: Path, image_dir: Path | None, follow_symlinks: bool = False
+    input: Path, image_dir: str | Path | None, follow_symlinks: bool = False
 ) -> tuple[list[str], list[Path]]:
     """(names to report, files to read) from a folder of images or a CSV index.
 
@@ -219,7 +215,7 @@ def _list_inputs(
         raise UserError(f"input not found: {input} (give a folder of images or a CSV file)")
     if input.suffix.lower() != ".csv":
         raise UserError(f"input {input} is neither a folder nor a .csv file")
-    base = image_dir if image_dir is not None else input.parent
+    base = Path(image_dir) if image_dir else input.parent
     if not base.is_dir():
         raise UserError(f"image_dir not found: {base}")
     try:

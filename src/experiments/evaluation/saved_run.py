@@ -302,10 +302,8 @@ class SavedRun:
         module of yours, whose output only its own code knows."""
         if self.classifier:
             return "classification"
-        module = allowlist.locate(self.model_cfg["_target_"], "module", "model")
-        return {RegressionModule: "regression", SegmentationModule: "segmentation"}.get(
-            module, "own"
-        )
+        tasks = {RegressionModule: "regression", SegmentationModule: "segmentation"}
+        return tasks.get(allowlist.locate(self.model_cfg["_target_"], "module", "model"), "own")
 
     @property
     def feature_names(self) -> list[str]:
@@ -373,11 +371,9 @@ class SavedRun:
         return len(getattr(self.datamodule, f"{split}_set", None) or ()) > 0
 
     def logits(self, split: str, views=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The net's logits ``(N, K)`` and the labels ``(N,)`` of a whole split, on the CPU.
-
-        ``views``: a function of a batch ``(B, C, H, W)`` to a list of batches (test-time
-        augmentation, ``tta_views``); the logits are then the log of the mean softmax.
-        """
+        """The net's logits ``(N, K)`` and the labels ``(N,)`` of a whole split, on the CPU; with
+        ``views`` (a batch ``(B, C, H, W)`` to a list of batches: test-time augmentation,
+        ``tta_views``) the log of the mean softmax over the views."""
         if not self.has_split(split):
             raise UserError(f"{self.path}: the run has no {split} split")
         dm, net = self.datamodule, self.net

@@ -33,11 +33,8 @@ from experiments.runs.provenance import start_git_probe
 
 VOLATILE = ("wall_time_s", "run_dir", "seed", "epochs", "global_step")  # not results
 # what env.json must hold for verify to read it: key -> the types its value may have
-ENV_TYPES = {
-    "hostname": (str, type(None)),
-    "git_commit": (str, type(None)),
-    "git_dirty": (bool, type(None)),
-}
+ENV_TYPES = {"hostname": (str, type(None)), "git_commit": (str, type(None)),
+             "git_dirty": (bool, type(None))}  # fmt: skip
 TOLERANCE = 1e-5  # relative, when another machine runs it
 MAX_CSV_BYTES = 256 * 1024 * 1024  # a long run's csv/metrics.csv: a row per logged step
 

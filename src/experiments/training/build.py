@@ -103,9 +103,8 @@ def _auto_loss(model_cfg, datamodule) -> str:
         log.info("model.loss=auto: cross_entropy (%s)", reason)
         return "cross_entropy"
     counts = Counter(targets)
-    ratio = max(counts.values()) / max(
-        1, min(counts.get(c, 0) for c in range(datamodule.num_classes))
-    )
+    smallest = min(counts.get(c, 0) for c in range(datamodule.num_classes))
+    ratio = max(counts.values()) / max(1, smallest)
     if ratio >= IMBALANCED:
         log.info("model.loss=auto: logit_adjusted (the train split's classes are %.1f:1). %s",
                  ratio, AUTO_LOSS_TRADE)  # fmt: skip
