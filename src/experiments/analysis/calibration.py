@@ -49,10 +49,8 @@ def nll(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0) ->
     return float(torch.nn.functional.cross_entropy(logits.double() / temperature, labels.long()))
 
 
-def fit_temperature(
-    logits: torch.Tensor, labels: torch.Tensor, bounds: tuple[float, float] = T_RANGE
-) -> float:
-    """The T in ``bounds`` that minimizes the NLL of ``softmax(logits / T)``: one number,
+def fit_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """The T in ``T_RANGE`` that minimizes the NLL of ``softmax(logits / T)``: one number,
     fitted on held-out data, that leaves every prediction (the argmax) as it is.
 
     The NLL is convex in 1/T, so it has one minimum along log T; a golden-section search
@@ -62,7 +60,7 @@ def fit_temperature(
     def loss(log_t: float) -> float:
         return nll(logits, labels, math.exp(log_t))
 
-    low, high = math.log(bounds[0]), math.log(bounds[1])
+    low, high = math.log(T_RANGE[0]), math.log(T_RANGE[1])
     ratio = (math.sqrt(5) - 1) / 2
     a, b = high - ratio * (high - low), low + ratio * (high - low)
     fa, fb = loss(a), loss(b)
@@ -75,8 +73,8 @@ def fit_temperature(
             low, a, fa = a, b, fb
             b = low + ratio * (high - low)
             fb = loss(b)
-    best = min((loss(x), x) for x in (math.log(bounds[0]), (low + high) / 2, math.log(bounds[1])))
-    return float(min(max(math.exp(best[1]), bounds[0]), bounds[1]))
+    best = min((loss(x), x) for x in (math.log(T_RANGE[0]), (low + high) / 2, math.log(T_RANGE[1])))
+    return float(min(max(math.exp(best[1]), T_RANGE[0]), T_RANGE[1]))
 
 
 @dataclass

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +30,7 @@ from experiments.recorded.replay import read_overrides
 from experiments.runs.layout import RunDir
 from experiments.tracking.sweep_summary import markdown_table
 
-# overrides confirm leaves out: the seed it replaces (other replicate keys are kept as run),
-# and an Optuna search, which under -m would search instead of re-running one config
+# overrides confirm leaves out (the module docstring says why); other replicate keys stay
 REPLACED = ("seed", "hparams_search")
 
 
@@ -99,13 +97,7 @@ def new_folder(base: Path) -> Path:
     return folder
 
 
-def confirm(
-    comparison: Comparison,
-    top_k: int,
-    n_seeds: int,
-    folder: Path,
-    say: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
-) -> Confirmation:
+def confirm(comparison: Comparison, top_k: int, n_seeds: int, folder: Path) -> Confirmation:
     """Re-run the top ``top_k`` groups of ``comparison`` with ``n_seeds`` fresh seeds each.
 
     Raises:
@@ -141,7 +133,8 @@ def confirm(
     listed = ",".join(map(str, seeds))
     for group, overrides in plans:
         target = folder / group.name
-        say(f"confirm: training {group.name} with seed={listed} into {show_path(target)}")
+        print(f"confirm: training {group.name} with seed={listed} into {show_path(target)}",
+              file=sys.stderr)  # fmt: skip
         cmd = [sys.executable, "-m", "experiments.train", "-m", *overrides, f"seed={listed}",
                f"hydra.sweep.dir={target}"]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True)

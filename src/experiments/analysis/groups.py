@@ -149,13 +149,9 @@ def verdict_on(groups: list[Group], metric: str, mode: str) -> Verdict | None:
     """The verdict on ``groups`` given best first; None for one group: nothing to compare."""
     if len(groups) < 2:
         return None
-    return decide(
-        [g.name for g in groups],
-        [[v.value for v in g.values[metric]] for g in groups],
-        [[r.replicate for r in g.runs] for g in groups],
-        mode,
-        metric,
-    )
+    values = [[v.value for v in g.values[metric]] for g in groups]
+    replicates = [[r.replicate for r in g.runs] for g in groups]
+    return decide([g.name for g in groups], values, replicates, mode, metric)
 
 
 def _metric_and_mode(runs: list[Run], metric: str | None, mode: str | None) -> tuple[str, str, str]:

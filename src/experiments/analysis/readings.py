@@ -225,8 +225,13 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
             targets = sorted(glob.glob(arg, recursive=True)) if GLOB_CHARS & set(arg) else []
         if not targets:
             missing.append(arg)
-        for target in targets:
-            for run in _runs_under(Path(target)):
+        for target in map(Path, targets):
+            if target.is_file():  # a run's metrics.json or config.yaml stands for its folder;
+                # anything else (e.g. a sweep's summary.csv from a shell glob) for no run
+                runs = [RunDir.folder_of(target)] if RunDir.is_run_file(target) else []
+            else:
+                runs = [folder for folder, _ in run_folders(target)]
+            for run in runs:
                 found.setdefault(os.path.realpath(run), run)
     if missing:
         hint = ", ".join(a for a in missing if "=" in a)
@@ -234,13 +239,6 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
             hint = f" ({hint}: not an option; the options are metric=, mode=, out=, ignore=)"
         raise UserError(f"no such file or folder: {', '.join(missing)}{hint}")
     return list(found.values())
-
-
-def _runs_under(path: Path) -> list[Path]:
-    if path.is_file():  # a run's metrics.json or config.yaml stands for its folder
-        # anything else (e.g. a sweep's summary.csv from a shell glob) stands for no run
-        return [RunDir.folder_of(path)] if RunDir.is_run_file(path) else []
-    return [folder for folder, _ in run_folders(path)]
 
 
 @dataclass(frozen=True)
@@ -283,14 +281,10 @@ class Configs:
             flat = group_config(config, dirs, self.ignore)
             for value in flat.values():
                 identity(value)  # a value that cannot be told apart from others: an error
-            optimized = (config.get("optimized_metric"), config.get("optimized_mode"))
-            found = SavedConfig(
-                flat,
-                replicates(config),
-                tuple(v if isinstance(v, str) else None for v in optimized),  # type: ignore[arg-type]
-                launch_tags(config),
-                hashlib.sha1((key if cacheable else text).encode()).hexdigest()[:16],
-            )
+            named = (config.get("optimized_metric"), config.get("optimized_mode"))
+            optimized = tuple(v if isinstance(v, str) else None for v in named)
+            digest = hashlib.sha1((key if cacheable else text).encode()).hexdigest()[:16]
+            found = SavedConfig(flat, replicates(config), optimized, launch_tags(config), digest)
             if cacheable:
                 self._by_text[key] = found
         return (_scalar(line.group(1)) if line else None), found

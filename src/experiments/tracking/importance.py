@@ -31,8 +31,8 @@ EVALUATORS = {
 
 
 def is_replicate(key: str) -> bool:
-    """``seed`` (any section's, e.g. ``data.split_seed``) replicates a run; not a setting: no
-    importance, no axis in the plots (a contour between seed 0 and seed 1 means nothing)."""
+    """``seed`` (any section's, e.g. ``data.split_seed``) replicates a run: not a setting (a
+    contour between seed 0 and seed 1 means nothing)."""
     name = key.lstrip("+~").rsplit(".", 1)[-1]
     return name == "seed" or name.endswith("_seed")
 
@@ -52,7 +52,6 @@ def swept(rows: list[dict[str, Any]], metric: str) -> tuple[list[dict], list[str
 
 
 def spread(done: list[dict], keys: list[str], metric: str) -> dict[str, float]:
-    """Per key: max minus min, over its values, of the mean metric of the jobs with it."""
     out = {}
     for key in keys:
         by_value: dict[Any, list[float]] = {}

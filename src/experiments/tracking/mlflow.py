@@ -33,7 +33,7 @@ MAX_VALUE_LENGTH = 6000
 PARAMS_PER_BATCH = 100
 
 
-def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+def flatten_params(params: Mapping[str, Any]) -> dict[str, str]:
     """Nested config -> ``{"optimizer.lr": "0.1", ...}``, valid for MLflow's params.
 
     Keys are dotted as on the command line; characters MLflow refuses in a key become ``_``;
@@ -41,7 +41,7 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str
     longer than MLflow's limit are left out with a warning.
     """
     flat: dict[str, str] = {}
-    for dotted, value in dotted_leaves(params, prefix=f"{prefix}." if prefix else ""):
+    for dotted, value in dotted_leaves(params):
         name = re.sub(r"[^/\w.\- :]", "_", dotted)
         if len(name) > MAX_KEY_LENGTH:
             log.warning(
@@ -70,9 +70,8 @@ class ExperimentsMLFlowLogger(MLFlowLogger):
         flat = flatten_params(plain or {})
         items = [Param(key=k, value=v) for k, v in flat.items()]
         for start in range(0, len(items), PARAMS_PER_BATCH):
-            self.experiment.log_batch(
-                run_id=self.run_id, params=items[start : start + PARAMS_PER_BATCH]
-            )
+            batch = items[start : start + PARAMS_PER_BATCH]
+            self.experiment.log_batch(run_id=self.run_id, params=batch)
 
     @rank_zero_only
     def record_summary(self, summary: dict[str, float]) -> None:
@@ -153,8 +152,6 @@ def mlflow_logger(
         run_name: run name; in a sweep, the job's overrides. Empty or None: MLflow picks one.
         tags: run tags (``tags=[a,b]`` -> MLflow tags ``a`` and ``b``).
         sweep_group: in a sweep, the sweep folder's name, as tag ``sweep`` (filter on it).
-        log_checkpoints: log the best weights / ``best.json`` as artifacts when the job
-            succeeded.
     """
     if not tracking_uri:
         raise UserError("logger.mlflow.tracking_uri is empty; e.g. sqlite:///outputs/mlflow.db")

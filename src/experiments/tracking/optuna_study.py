@@ -85,9 +85,7 @@ def open_study(settings: Mapping[str, Any], sweep_dir: Path, name: str, create: 
     try:
         storage = storage_for(settings.get("storage"), sweep_dir)
         return _open(settings, storage, name, create)
-    except Exception as err:
-        if isinstance(err, UserError | KeyError) or not isinstance(err, STORAGE_ERRORS):
-            raise  # KeyError: load_study of a study that is not there, Optuna's own message
+    except STORAGE_ERRORS as err:  # not KeyError: load_study of a missing study says so itself
         where = _storage_name(settings.get("storage"), sweep_dir)
         raise UserError(
             f"{where} cannot be opened as an Optuna study ({type(err).__name__}: "

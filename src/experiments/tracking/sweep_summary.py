@@ -68,8 +68,7 @@ class SweepSummary(Callback):
     stops on a failure still leaves a complete summary of what ran.
     """
 
-    def __init__(self) -> None:
-        self._start: float | None = None
+    _start: float | None = None  # when this process's job started (on_job_start)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         mark_sweep_process()  # before the launcher starts any worker
@@ -240,7 +239,6 @@ def _row(job_file: Path, metric: str) -> tuple[dict[str, Any], Any]:
     status, overrides = job.get("status"), job.get("overrides", [])
     if not isinstance(status, str) or not isinstance(overrides, list):
         raise UserError(f"{job_file}: not a job record (status or overrides of the wrong type)")
-    # the best epoch's value (RunDir.best_weights hold it, test/* scored them), not the last's
     value, epoch = chosen_value(job_file.parent, metric, metrics)
     error = job.get("error")
     pruned = metrics.get("pruned_at_epoch")

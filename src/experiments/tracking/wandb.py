@@ -142,8 +142,14 @@ def finish_loggers(
         run = opened_experiment(logger)
         if run is None or not hasattr(run, "finish"):
             continue
-        if upload:
-            _upload_checkpoints(run, checkpoint_dir)
+        files = checkpoint_files(Path(checkpoint_dir)) if upload else []  # weights, sidecars
+        if files:
+            import wandb  # lazy: as in wandb_logger
+
+            artifact = wandb.Artifact(f"model-{run.id}", type="model")
+            for path in files:
+                artifact.add_file(str(path))
+            run.log_artifact(artifact, aliases=["best", "latest"])
         run.finish(exit_code=1 if failed else 0)
         close_experiment(logger)
 
@@ -164,15 +170,3 @@ def _record_summary(logger, summary: Mapping[str, float]) -> None:
                     del run.summary[name]
     except Exception as err:
         log.warning("could not record the run summary in %s: %s", type(logger).__name__, err)
-
-
-def _upload_checkpoints(run, checkpoint_dir: Path) -> None:
-    import wandb  # lazy: as in wandb_logger
-
-    files = checkpoint_files(Path(checkpoint_dir))  # the weights and their sidecars
-    if not files:
-        return
-    artifact = wandb.Artifact(f"model-{run.id}", type="model")
-    for path in files:
-        artifact.add_file(str(path))
-    run.log_artifact(artifact, aliases=["best", "latest"])

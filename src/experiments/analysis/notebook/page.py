@@ -1,9 +1,7 @@
 # ruff: noqa: E501  (the JavaScript and CSS below are text, laid out as JavaScript)
-"""The report page's stylesheet and script (``report.html`` puts them inline).
+"""The report page's stylesheet and script (``report.html`` puts them inline; how the page
+keeps run data as text and fetches nothing is in ``report``'s docstring).
 
-The script reads the page's data block as JSON and puts every value on the page with
-``textContent`` (never ``innerHTML``); strings it hands to Plotly are entity-escaped. It
-unpacks Plotly's gzipped bundle with the browser's ``DecompressionStream`` (no request).
 ``#sort=<column>&order=asc|desc&filter=<text>`` in the URL sorts and filters the table as a
 click on a column's header and typing in the filter box do (a link that opens the page
 sorted; the browser test uses it). When the page is drawn ``<body>`` gets ``data-ready``.

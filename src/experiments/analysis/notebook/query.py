@@ -114,20 +114,15 @@ def order(
     sort = sort or "start"
     if sort not in df.columns:
         raise UserError(f"sort={sort}: not a column; {valid_names(sort, list(df.columns))}")
-    if ascending is None:
-        ascending = not (sort == "start" or _higher_is_better(df, sort))
+    if ascending is None:  # a metric (stage/name) best first (``groups.direction``)
+        better_lower = "/" not in sort or direction(sort, optimized_pairs(df))[0] == "min"
+        ascending = sort != "start" and better_lower
     df = df.sort_values(sort, ascending=ascending, na_position="last", kind="stable")
     if limit is not None:
         if limit < 0:
             raise UserError(f"limit={limit}: must be 0 or more")
         df = df.head(limit)
     return df.reset_index(drop=True)
-
-
-def _higher_is_better(df: pd.DataFrame, column: str) -> bool:
-    """A metric (``stage/name``) sorts best first: by the runs' ``optimized_mode`` for it,
-    else by its name (``groups.direction``); anything else ascending."""
-    return "/" in column and direction(column, optimized_pairs(df))[0] != "min"
 
 
 def optimized_pairs(df: pd.DataFrame) -> list[tuple]:
