@@ -73,9 +73,8 @@ def export(run_dir, fmt: str = "onnx", ckpt: str = "best", opset: int = 18, over
 
 
 def _agreement(task: str, expected, got, y) -> dict:
-    """How the exported file's classes agree with PyTorch's and with the labels: per image
-    for a classifier, per pixel for segmentation (``(N, K, H, W)`` logits, ``(N, H, W)``
-    masks)."""
+    """``export``'s agreement keys: per image, or per pixel for segmentation (``(N, K, H, W)``
+    logits, ``(N, H, W)`` masks)."""
 
     def share(a, b) -> float:  # of the images (N,) or pixels (N, H, W) where a equals b
         return float((a == b).float().mean())

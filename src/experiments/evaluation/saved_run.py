@@ -86,7 +86,14 @@ class SavedRun:
         self.path = Path(run_dir)
         self.layout = RunDir(self.path)
         trusted, overrides = split_trust(overrides)
-        _check_override_keys(overrides)
+        for arg in overrides:  # a key a saved run does not build would be silently ignored
+            key = arg.partition("=")[0].lstrip("+~").strip()
+            if not any(key == p or key.startswith(p + ".") for p in OVERRIDABLE):
+                raise UserError(
+                    f"override {key}: not used when a saved run is rebuilt (its Trainer takes "
+                    f"only {', '.join(f'trainer.{k}' for k in TRAINER_KEYS)}; data.*, model.* "
+                    f"and paths.* may be set)"
+                )
         own = {"best": self.layout.best_weights, "last": self.layout.last_weights}.get(ckpt)
         used = [self.layout.saved_config, *([own, sidecar_of(own)] if own else [])]
         # before anything of the run is read: a tampered file is one line, exit 1
@@ -393,15 +400,3 @@ class SavedRun:
         """``(mean, std)`` the data module normalizes batches with, or None."""
         stats = getattr(self.datamodule, "stats", None)
         return (list(stats[0]), list(stats[1])) if stats is not None else None
-
-
-def _check_override_keys(overrides: Sequence[str]) -> None:
-    """An override of a key a saved run does not build would be silently ignored: refused."""
-    for arg in overrides:
-        key = arg.partition("=")[0].lstrip("+~").strip()
-        if not any(key == p or key.startswith(p + ".") for p in OVERRIDABLE):
-            raise UserError(
-                f"override {key}: not used when a saved run is rebuilt (its Trainer takes only "
-                f"{', '.join(f'trainer.{k}' for k in TRAINER_KEYS)}; data.*, model.* and paths.* "
-                f"may be set)"
-            )

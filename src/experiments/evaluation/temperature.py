@@ -103,6 +103,5 @@ def summary_lines(report: dict) -> list[str]:
 def command(options: dict, overrides: list[str]) -> None:
     """``python -m experiments.calibrate``'s work, once ``cli`` has parsed its arguments."""
     report = calibrate(options["run_dir"], options["ckpt"], overrides)
-    for line in summary_lines(report):
-        print(line)
+    print("\n".join(summary_lines(report)))
     print(f"wrote {RunDir(options['run_dir']).calibration}")

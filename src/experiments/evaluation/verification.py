@@ -192,10 +192,9 @@ def _losses(first: RunDir, again: RunDir, steps: int, exact: bool):
 
 
 def _step_losses(run: RunDir, steps: int) -> dict[int, float]:
-    found = {}
-    path = run.csv_metrics
+    path, found = run.csv_metrics, {}
     if not path.is_file():
-        return {}
+        return found
     text = read_text(path, max_bytes=MAX_CSV_BYTES)  # a corrupt file: one line naming it
     try:
         for row in csv.DictReader(io.StringIO(text, newline="")):

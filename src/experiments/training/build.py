@@ -78,10 +78,8 @@ def model_extras(model_cfg, datamodule) -> dict:
         hint = "; give model.class_weights=[w0, w1, ...] instead"
         targets = datamodule.train_targets("model.class_weights=auto", hint)
         extra["class_weights"] = inverse_frequency(targets, datamodule.num_classes)
-        log.info(
-            "model.class_weights=auto (inverse class frequency of the train split): %s",
-            extra["class_weights"],
-        )
+        log.info("model.class_weights=auto (inverse class frequency of the train split): %s",
+                 extra["class_weights"])  # fmt: skip
     loss = model_cfg.get("loss")
     if loss == "auto":
         loss = extra["loss"] = _auto_loss(model_cfg, datamodule)
