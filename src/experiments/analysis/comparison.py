@@ -83,5 +83,4 @@ def command(options: dict, overrides: list[str]) -> None:
     print(markdown(comparison, runs_section=False), end="")
     if confirmation is not None:
         print("\n" + confirmation.markdown(comparison), end="")
-    for line in wrote:
-        print(line)
+    print("\n".join(wrote))

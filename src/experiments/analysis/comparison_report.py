@@ -101,7 +101,15 @@ def markdown(comparison: Comparison, runs_section: bool = True) -> str:
                 row += [interval(group.stats[m]), epochs_text(group.values[m]) or "—"]
         rows.append(row)
     lines += markdown_table(head, rows)
-    lines += ["", _epochs_line(c)]
+    bounded = c.groups[0].stats[c.metric].bounds
+    ci = "the t interval kept inside [0, 1], the metric's range" if bounded else "Student's t"
+    lines += [
+        "",
+        f"Epochs: `best N` is each run's selected epoch, the one the best checkpoint keeps "
+        f"({CHECKPOINTS}/{BEST_SIDECAR}); test metrics are of those weights; `last N` and (last) "
+        f"mark a last-epoch value (a run that kept no best checkpoint). 95% CI of the mean "
+        f"over seeds: {ci}. Test metrics are shown, never used to rank.",
+    ]
     if c.verdict is not None:
         lines += ["", c.verdict.text[0].upper() + c.verdict.text[1:] + "."]
     notes = _notes(c)
@@ -116,25 +124,11 @@ def markdown(comparison: Comparison, runs_section: bool = True) -> str:
         for group in c.groups:
             seeds = ", ".join(value_text(s) for s in group.seeds)
             lines.append(f"- {group.name} (seeds {seeds}):")
-            lines += [f"  - {show_path(r.path)}{_tags(r.path)}" for r in group.runs]
+            for run in group.runs:  # its tags: given at launch and by experiments-runs tag
+                tags = read_tags(run.path)
+                shown = f" [tags: {cell(', '.join(tags))}]" if tags else ""
+                lines.append(f"  - {show_path(run.path)}{shown}")
     return "\n".join(lines) + "\n"
-
-
-def _tags(run_dir) -> str:
-    """`` [tags: a, b]`` of a run (launch tags and ``experiments-runs tag``), or nothing."""
-    tags = read_tags(run_dir)
-    return f" [tags: {cell(', '.join(tags))}]" if tags else ""
-
-
-def _epochs_line(c: Comparison) -> str:
-    bounded = c.groups[0].stats[c.metric].bounds
-    interval = "the t interval kept inside [0, 1], the metric's range" if bounded else "Student's t"
-    return (
-        f"Epochs: `best N` is each run's selected epoch, the one the best checkpoint keeps "
-        f"({CHECKPOINTS}/{BEST_SIDECAR}); test metrics are of those weights; `last N` and (last) "
-        f"mark a last-epoch value (a run that kept no best checkpoint). 95% CI of the mean "
-        f"over seeds: {interval}. Test metrics are shown, never used to rank."
-    )
 
 
 def _notes(c: Comparison) -> list[str]:

@@ -23,7 +23,6 @@ T_975 = (
     2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272,
 )  # fmt: skip
 Z_975 = 1.959963984540054
-UNIT = (0.0, 1.0)
 
 # the last part of a metric name (``test/balanced_acc`` -> ``balanced_acc``; a per-class
 # ``test/recall/3`` -> ``recall``) that makes it a fraction in [0, 1]
@@ -50,7 +49,7 @@ def metric_bounds(metric: str) -> tuple[float, float] | None:
     """``(0.0, 1.0)`` for an accuracy-like metric (by name), None for an unbounded one
     (a loss, an error in the data's units, a time)."""
     names = [p for p in metric.split("/") if p and not p.isdigit()]  # test/recall/3 -> recall
-    return UNIT if names and names[-1] in BOUNDED_NAMES else None
+    return (0.0, 1.0) if names and names[-1] in BOUNDED_NAMES else None
 
 
 def t_quantile_975(df: int) -> float:

@@ -66,10 +66,9 @@ def make_pruner(settings: Mapping[str, Any]):
     if name == "median":
         startup = int(settings.get("pruner_startup_trials", 4))
         return pruners.MedianPruner(n_startup_trials=startup, n_warmup_steps=warmup)
-    if name == "asha":
-        return pruners.SuccessiveHalvingPruner(min_resource=max(1, warmup), reduction_factor=3)
-    if name == "hyperband":
-        return pruners.HyperbandPruner(min_resource=max(1, warmup), reduction_factor=3)
+    if name in ("asha", "hyperband"):
+        kind = pruners.SuccessiveHalvingPruner if name == "asha" else pruners.HyperbandPruner
+        return kind(min_resource=max(1, warmup), reduction_factor=3)
     raise ValueError(f"hydra.sweeper.pruner={name!r}: use one of {', '.join(PRUNERS)}")
 
 

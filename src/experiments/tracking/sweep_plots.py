@@ -64,8 +64,7 @@ def _parallel(done: list[dict], keys: list[str], metric: str, path: Path) -> str
         ends = labels[:1] + labels[-1:] if labels else [f"{min(values):.3g}", f"{max(values):.3g}"]
         ax.text(j, -0.08, ends[0], ha="center", va="top", fontsize=7)
         ax.text(j, 1.08, ends[-1], ha="center", va="bottom", fontsize=7)
-    ax.set_ylim(-0.2, 1.2)
-    ax.set_yticks([])
+    ax.set(ylim=(-0.2, 1.2), yticks=[])
     ax.set_title(f"{len(done)} jobs, colour = {metric} (yellow best when higher)", fontsize=9)
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
@@ -107,7 +106,6 @@ def plot_one_key(rows, metric: str, path: Path) -> None:
         path.unlink(missing_ok=True)  # drawn for an earlier state of the sweep, or never
         return
     (key,) = keys
-
     points = [(str(r.get(key)), r[metric]) for r in done]
     by_value: dict[str, list[float]] = {}
     for setting, value in points:
@@ -127,8 +125,6 @@ def plot_one_key(rows, metric: str, path: Path) -> None:
             ax.scatter([xs[s] for s, _ in points], [v for _, v in points], color="black", s=12)
         if min(xs.values()) > 0 and max(xs.values()) / min(xs.values()) >= 20:
             ax.set_xscale("log")
-    ax.set_xlabel(key)
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} by {key} ({len(points)} finished jobs)")
+    ax.set(xlabel=key, ylabel=metric, title=f"{metric} by {key} ({len(points)} finished jobs)")
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))

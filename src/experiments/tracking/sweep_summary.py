@@ -107,7 +107,6 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = write_summary(sweep_dir, *_metric(config))
         show_summary(sweep_dir, rows)
-
         write_manifest(sweep_dir)  # the sweep's last write, failed jobs too (experiments-verify)
         failed = [r for r in rows if r["status"] in FAILED]
         if failed:

@@ -138,7 +138,6 @@ def finish_loggers(
             logger.finalize("failed" if failed else "success")
         except Exception as err:  # a logger failing to close must not hide the real error
             log.warning("could not finalize %s: %s", type(logger).__name__, err)
-
         run = opened_experiment(logger)
         if run is None or not hasattr(run, "finish"):
             continue

@@ -87,7 +87,5 @@ def note(run_dir: str | os.PathLike, text: str) -> str:
     run = require_run(run_dir)
     if len(text) > MAX_NOTE_CHARS:
         raise UserError(f"the note has {len(text)} characters; at most {MAX_NOTE_CHARS}")
-    notes = read_notes(run.path)
-    notes["note"] = text
-    _write(run, notes)
+    _write(run, {**read_notes(run.path), "note": text})
     return text

@@ -283,7 +283,7 @@ def _eval(tree, df):
         raise UserError(
             f"where: {tree.key}{tree.op}{tree.value}: {tree.op} compares numbers; use = != or ~"
         )
-    present = column.map(lambda v: not _missing(v))
+    present = column.map(lambda v: v is not None and not (isinstance(v, float) and math.isnan(v)))
     if tree.op == "~":
         return present & text.map(lambda t: value in t)
     return present & ((text == value) if tree.op == "=" else (text != value))
@@ -301,10 +301,6 @@ def _compare(column, op, value, key):
 def _maybe_number(value: Any) -> float:
     is_number = isinstance(value, int | float) and not isinstance(value, bool)
     return float(value) if is_number else math.nan
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def shown_value(value: Any) -> str:

@@ -23,6 +23,7 @@ forbids every request (``default-src 'none'``); the page counts any violation in
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import json
 import math
@@ -91,11 +92,9 @@ def _plain(value: Any) -> Any:
         return None if str(value) == "NaT" else value.isoformat(timespec="seconds")
     if isinstance(value, list):
         return ", ".join(printable(str(v)) for v in value)
-    try:
+    with contextlib.suppress(TypeError, ValueError):  # pd.isna of a value it cannot test
         if pd.isna(value):
             return None
-    except (TypeError, ValueError):
-        pass
     if hasattr(value, "item"):  # a numpy scalar
         return _plain(value.item())
     return printable(str(value))
