@@ -19,7 +19,7 @@ from experiments.errors import UserError
 from experiments.evaluation.saved_run import SavedRun
 from experiments.models.tta import TTA, tta_views
 from experiments.recorded.folder import check_output
-from experiments.runs.files import atomic_write
+from experiments.runs.files import atomic_write, write_text
 from experiments.runs.layout import sidecar_of
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def _write(run: SavedRun, output: Path, columns: Sequence[str], rows: list) -> P
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(columns)
     writer.writerows(rows)
-    atomic_write(output, lambda f: f.write(text.getvalue().encode()))
+    write_text(output, text.getvalue())
     run.refresh_manifest()  # a predictions file written into the run is the run's from now on
     log.info("%d predictions with %s -> %s", len(rows), run.ckpt, output)
     return output

@@ -36,7 +36,7 @@ from experiments.recorded.folder import (
 )
 from experiments.runs import manifest
 from experiments.runs.files import read_json_object
-from experiments.runs.layout import RunDir, checkpoint_label, own_role, sidecar_epoch, sidecar_of
+from experiments.runs.layout import RunDir, checkpoint_label, own_role, recorded_epoch, sidecar_of
 from experiments.runs.weights import load_state_dict_file
 from experiments.training.build import model_extras, one_device_trainer, require_gpu
 from experiments.training.model_card import write_model_card
@@ -158,8 +158,7 @@ class SavedRun:
     @property
     def ckpt_epoch(self) -> int | None:
         """The 1-based epoch the checkpoint's sidecar records, or None."""
-        sidecar = self.sidecar
-        return sidecar_epoch(sidecar) if "epoch" in sidecar else None
+        return recorded_epoch(self.sidecar)
 
     def temperature(self) -> float | None:
         """The temperature ``experiments.calibrate`` saved for this checkpoint when it applies,

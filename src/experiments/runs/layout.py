@@ -102,7 +102,7 @@ def sidecar_epoch(sidecar: dict) -> int:
     return epoch if sidecar.get("epoch_base") == 1 else epoch + 1
 
 
-def sidecar_epoch_or_none(sidecar: dict) -> int | None:
+def recorded_epoch(sidecar: dict) -> int | None:
     """``sidecar_epoch``, or None when the sidecar records no epoch (none, or an old one)."""
     return sidecar_epoch(sidecar) if "epoch" in sidecar else None
 

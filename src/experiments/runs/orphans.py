@@ -15,7 +15,6 @@ that end while the sweep runs on. Imports no torch.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -43,7 +42,7 @@ def end_with_sweep_process(poll_s: float = POLL_S, grace_s: float = GRACE_S) -> 
     if _watching or not sweep.isdigit() or int(sweep) == os.getpid():
         return
     sweep_pid = int(sweep)
-    if os.getppid() != sweep_pid and _alive(sweep_pid):
+    if os.getppid() != sweep_pid and alive(sweep_pid):
         return  # started by another process (a Ray raylet): not the sweep's worker
     _watching.append(sweep_pid)
     threading.Thread(
@@ -74,10 +73,13 @@ def _watch(sweep_pid: int, poll_s: float, grace_s: float) -> None:
     os.kill(os.getpid(), signal.SIGKILL)  # SIGTERM was ignored, or saving hung
 
 
-def _alive(pid: int) -> bool:
-    with contextlib.suppress(PermissionError):  # alive, another user's
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` lives here (someone else's, or a pid no process can have, as
+    a hostile lock file may give: assumed alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        pass
     return True

@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 
 from experiments.compat.hydra import as_recorded_failure, job_outcome
 from experiments.errors import UserError, find_user_error, one_line
-from experiments.runs.files import atomic_write, read_json_object, read_yaml, write_json
+from experiments.runs.files import read_json_object, read_yaml, write_json, write_text
 from experiments.runs.layout import BEST_WEIGHTS, RunDir, SweepDir, read_sidecar, sidecar_epoch
 from experiments.runs.manifest import write_manifest
 from experiments.runs.notes import read_tags
@@ -348,9 +348,9 @@ def write_summary(sweep_dir: Path, metric: str, mode: str = "max") -> list[dict[
         writer.writeheader()
         writer.writerows(rows)
         sweep = SweepDir(sweep_dir)
-        atomic_write(sweep.summary_csv, lambda f: f.write(buf.getvalue().encode()))
+        write_text(sweep.summary_csv, buf.getvalue())
         md = _markdown(rows, fields, metric, mode) + _importance(sweep_dir, rows, metric, results)
-        atomic_write(sweep.summary_md, lambda f: f.write(md.encode()))
+        write_text(sweep.summary_md, md)
         sweep_plots.plot_one_key(rows, metric, sweep.summary_png)
     return rows
 

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from experiments.analysis.significance import summarize
 from experiments.errors import UserError
-from experiments.runs.files import atomic_write, read_json, write_json
+from experiments.runs.files import read_json, write_json, write_text
 from experiments.runs.layout import RunDir
 from experiments.runs.manifest import write_manifest
 from experiments.tracking.sweep_summary import markdown_table
@@ -82,7 +82,7 @@ def write_summary(run_dir: Path, per_fold: list[dict], metric: str) -> dict:
     rows.append(["mean ± std", *(f"{stats[k].mean:.4f} ± {stats[k].std or 0:.4f}" for k in shown)])
     table = markdown_table(["fold", *shown], rows)
     text = "\n".join([f"# {len(per_fold)}-fold cross-validation\n", *table]) + "\n"
-    atomic_write(RunDir(run_dir).cv_report, lambda f: f.write(text.encode()))
+    write_text(RunDir(run_dir).cv_report, text)
     write_manifest(run_dir)  # last: the folds keep their own manifests
     if metric in stats:
         s = stats[metric]

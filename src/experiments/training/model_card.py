@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import UserError, printable_line
-from experiments.runs.files import atomic_write, read_json_object, read_yaml
+from experiments.runs.files import read_json_object, read_yaml, write_text
 from experiments.runs.layout import (
     ENV,
     METRICS,
@@ -26,7 +26,7 @@ from experiments.runs.layout import (
     checkpoint_label,
     own_role,
     read_sidecar,
-    sidecar_epoch,
+    recorded_epoch,
 )
 from experiments.runs.notes import read_tags
 from experiments.secrets import redact_argv
@@ -131,7 +131,7 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
     layout = RunDir(run_dir)
     counts_file = layout.data_counts
     if counts:
-        atomic_write(counts_file, lambda f: f.write(json.dumps(counts, indent=1).encode()))
+        write_text(counts_file, json.dumps(counts, indent=1))
     counts = counts or _read_counts(counts_file)
     n = {split: sum(row.values()) for split, row in counts.items()}
     cfg = read_yaml(layout.saved_config, missing=None)
@@ -153,7 +153,7 @@ def write_model_card(run_dir: str | Path, counts: dict | None = None) -> Path:
         "when the tree was dirty, and the library versions).",
         "",
     ]
-    return atomic_write(layout.model_card, lambda f: f.write("\n".join(lines).encode()))
+    return write_text(layout.model_card, "\n".join(lines))
 
 
 def _data(cfg: dict, counts: dict) -> list[str]:
@@ -297,8 +297,9 @@ def _checkpoints(layout: RunDir, best: dict, last: dict, n_val: int | None) -> l
 
     def holds(weights: Path, sidecar: dict) -> str:
         return (
-            f"{_label(weights.name, _epoch(sidecar))}, {md_text(sidecar.get('monitor', '?'))} = "
-            f"{_num(sidecar.get('value'))} on the validation split ({_n(n_val)})"
+            f"{_label(weights.name, recorded_epoch(sidecar))}, "
+            f"{md_text(sidecar.get('monitor', '?'))} = {_num(sidecar.get('value'))} on the "
+            f"validation split ({_n(n_val)})"
         )
 
     if best:
@@ -317,10 +318,6 @@ def _checkpoints(layout: RunDir, best: dict, last: dict, n_val: int | None) -> l
             f"the selected one)"
         )
     return lines + [""]
-
-
-def _epoch(sidecar: dict) -> int | None:
-    return sidecar_epoch(sidecar) if "epoch" in sidecar else None
 
 
 def evaluations(layout: RunDir) -> dict[str, dict]:
@@ -343,7 +340,7 @@ def _results(
     best weights, or eval's of the same epoch), then each other one eval tested."""
     evaluated = evaluations(layout)
     sections = []
-    now = {"best": _epoch(best), "last": _epoch(last)}
+    now = {"best": recorded_epoch(best), "last": recorded_epoch(last)}
     best_name = layout.best_weights.name
     from_eval = evaluated.pop(best_name, None)
     if from_eval is not None and from_eval.get("ckpt_epoch") not in (None, now["best"]):
@@ -446,7 +443,7 @@ def _calibration(layout: RunDir, saved: dict, best: dict, last: dict) -> list[st
     warnings = saved.get("warnings")
     for warning in warnings if isinstance(warnings, list) else []:
         lines.append(f"- warning: {md_text(warning, 400)}")
-    now = {"best": _epoch(best), "last": _epoch(last)}.get(own_role(name))
+    now = {"best": recorded_epoch(best), "last": recorded_epoch(last)}.get(own_role(name))
     fitted_at = saved.get("ckpt_epoch")
     if now is not None and isinstance(fitted_at, int) and fitted_at != now:
         lines.append(

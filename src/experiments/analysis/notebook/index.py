@@ -42,9 +42,10 @@ from experiments.analysis.readings import (
     without_folder,
 )
 from experiments.errors import UserError, one_line
-from experiments.runs.files import atomic_write, parse_yaml, read_json, read_text, read_yaml
+from experiments.runs.files import parse_yaml, read_json, read_text, read_yaml, write_text
 from experiments.runs.layout import FOLD_PREFIX, METRICS, RunDir, SweepDir, run_folders
 from experiments.runs.notes import merge_tags, read_notes
+from experiments.runs.orphans import alive
 
 log = logging.getLogger(__name__)
 
@@ -255,20 +256,10 @@ def _holder(run: RunDir) -> str:
     if not isinstance(holder, dict):
         return "its lock is held (holder unreadable)"
     pid, host = holder.get("pid"), holder.get("host")
-    if host == socket.gethostname() and isinstance(pid, int) and not _alive(pid):
+    if host == socket.gethostname() and isinstance(pid, int) and not alive(pid):
         return ""  # the process that held it is gone: killed, not running
     since = holder.get("started")
     return printable(f"training: pid {pid} on {host}, since {since}")[:200]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        pass  # someone else's process, or a pid no process can have: assume it lives
-    return True
 
 
 def _unfinished(run: RunDir) -> str:
@@ -399,6 +390,6 @@ def _save(path: Path, entries: dict, configs: dict) -> None:
     data = {"version": INDEX_VERSION, "entries": entries, "configs": configs}
     text = json.dumps(data, separators=(",", ":"), allow_nan=False)
     try:
-        atomic_write(path, lambda f: f.write(text.encode()))
+        write_text(path, text)
     except OSError as err:  # a read-only outputs folder: the listing still works, uncached
         log.info("not caching the run index: %s", one_line(err))

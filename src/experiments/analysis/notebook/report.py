@@ -44,7 +44,7 @@ from experiments.analysis.notebook.query import FIRST, shown_value
 from experiments.analysis.readings import identity, printable
 from experiments.analysis.significance import metric_bounds, summarize
 from experiments.errors import UserError, one_line
-from experiments.runs.files import atomic_write, read_yaml
+from experiments.runs.files import read_yaml, write_text
 from experiments.runs.layout import SweepDir
 from experiments.tracking.importance import swept
 from experiments.tracking.sweep_summary import importance as sweep_importance
@@ -268,7 +268,7 @@ def write_report(
     if out.is_dir():
         raise UserError(f"out={out}: a folder; give a file name, e.g. out={out / 'runs.html'}")
     try:
-        atomic_write(out, lambda f: f.write(text))
+        write_text(out, text)
     except OSError as err:
         raise UserError(f"out={out}: cannot write it ({one_line(err)})") from None
     return out, len(data["rows"]), len(text)
