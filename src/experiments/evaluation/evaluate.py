@@ -98,7 +98,7 @@ def _calibration(run: SavedRun, metrics: dict, posthoc_tau: float | None) -> int
     logits, labels = run.logits("test")
     probs = {"as trained": logits.softmax(dim=1)}
     metrics["test/ece"] = expected_calibration_error(probs["as trained"], labels)
-    temperature = run.temperature()
+    temperature = run.temperature
     if temperature is not None:
         calibrated = probs[f"T={temperature:.2f}"] = (logits / temperature).softmax(dim=1)
         metrics["test/ece_calibrated"] = expected_calibration_error(calibrated, labels)

@@ -96,7 +96,7 @@ def predict(
     if run.task == "segmentation":
         return _predict_masks(run, names, paths, output, device)
     in_shape, class_names = _shape_and_classes(run)
-    temperature = run.temperature() or 1.0  # experiments.calibrate's, for this checkpoint
+    temperature = run.temperature or 1.0  # experiments.calibrate's, for this checkpoint
     net = run.net_for(in_shape, len(class_names)).to(device)
     views = tta_views(tta) or (lambda x: [x])
     rows = []

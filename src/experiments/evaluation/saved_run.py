@@ -160,10 +160,11 @@ class SavedRun:
         """The 1-based epoch the checkpoint's sidecar records, or None."""
         return recorded_epoch(self.sidecar)
 
+    @cached_property
     def temperature(self) -> float | None:
         """The temperature ``experiments.calibrate`` saved for this checkpoint when it applies,
-        else None (never calibrated, kept T = 1, fitted for another checkpoint or epoch); logs
-        the one line that says whether and why it applies, when a calibration exists.
+        else None (never calibrated, kept T = 1, fitted for another checkpoint or epoch); read
+        once, with the one line logged that says whether and why it applies.
 
         Raises:
             UserError: a corrupt ``calibration.json``, or a temperature outside ``T_RANGE``
