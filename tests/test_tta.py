@@ -10,6 +10,7 @@ import torch
 from experiments.evaluation.prediction import predict
 from experiments.evaluation.saved_run import SavedRun
 from experiments.models.tta import tta_views
+from experiments.recorded.saved_net import build_net
 from experiments.runs.files import read_json
 from tests.helpers import assert_one_line_error, prediction_rows, run_inproc, train_cli
 
@@ -26,7 +27,7 @@ def test_predict_flip_is_the_mean_softmax_of_each_image_and_its_mirror(
     names = [str(c) for c in run.sidecar["class_names"]]
     read = run.image_reader(in_shape)
     x = run.normalize(torch.stack([read(few_images / r["file"]) for r in flipped]))
-    net = run.net_for(in_shape, len(names))
+    net = build_net(run.model_cfg["net"], in_shape, len(names), run.ckpt)
     with torch.inference_mode():
         probs = torch.stack([net(v).softmax(1) for v in tta_views("flip")(x)]).mean(0)
     top_p, top_i = probs.max(1)

@@ -19,6 +19,7 @@ from experiments.errors import UserError
 from experiments.evaluation.saved_run import SavedRun
 from experiments.models.tta import TTA, tta_views
 from experiments.recorded.folder import check_output
+from experiments.recorded.saved_net import build_net
 from experiments.runs.files import atomic_write, write_text
 from experiments.runs.layout import sidecar_of
 
@@ -97,7 +98,7 @@ def predict(
         return _predict_masks(run, names, paths, output, device)
     in_shape, class_names = _shape_and_classes(run)
     temperature = run.temperature or 1.0  # experiments.calibrate's, for this checkpoint
-    net = run.net_for(in_shape, len(class_names)).to(device)
+    net = build_net(run.model_cfg["net"], in_shape, len(class_names), run.ckpt).to(device)
     views = tta_views(tta) or (lambda x: [x])
     rows = []
     for chunk, logits in _logits(run, net, paths, in_shape, device, views):  # (V, B, classes)

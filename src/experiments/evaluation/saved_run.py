@@ -11,7 +11,6 @@ import math
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import torch
 from omegaconf import OmegaConf
@@ -34,6 +33,7 @@ from experiments.recorded.folder import (
     resolved_keys,
     split_trust,
 )
+from experiments.recorded.saved_net import build_net
 from experiments.runs import manifest
 from experiments.runs.files import read_json_object
 from experiments.runs.layout import RunDir, checkpoint_label, own_role, recorded_epoch, sidecar_of
@@ -106,10 +106,7 @@ class SavedRun:
         if "net" in self.model_cfg and not isinstance(self.model_cfg["net"], dict):
             raise UserError(f"{self.layout.saved_config} has no model.net section")
         self.trainer_cfg = resolved_keys(self.cfg, "trainer", TRAINER_KEYS)
-        self._check()
-
-    def _check(self) -> None:
-        """Everything that will be built, checked before any of it is."""
+        # everything that will be built, checked before any of it is
         data, model = self.data_cfg, dict(self.model_cfg)
         allowlist.check(data, "data", "data")
         if self.classifier:
@@ -274,27 +271,10 @@ class SavedRun:
         datamodule.setup("fit")
         return datamodule
 
-    def net_for(self, in_shape: Sequence[int], num_classes: int) -> torch.nn.Module:
-        """The plain net, as configured but with no pretrained weights loaded first (the
-        checkpoint's replace them, and the file may be gone), with the checkpoint's weights,
-        in eval mode."""
-        node = dict(self.model_cfg["net"])
-        given: dict[str, Any] = {"num_classes": int(num_classes)}
-        if str(node["_target_"]).startswith("torchvision.models."):
-            given["weights"] = None  # a torchvision builder: no in_shape, never a download
-        else:
-            given["in_shape"] = tuple(int(v) for v in in_shape)
-        for key, off in (("pretrained", None), ("download", False), ("weights", None)):
-            if key in node:
-                given[key] = off
-        net = allowlist.build(node, "net", "model.net", **given)
-        load_state_dict_file(net, self.ckpt)
-        return net.eval()
-
     @cached_property
     def net(self) -> torch.nn.Module:
         dm = self.datamodule
-        return self.net_for(dm.input_shape, dm.num_classes)
+        return build_net(self.model_cfg["net"], dm.input_shape, dm.num_classes, self.ckpt)
 
     @property
     def classifier(self) -> bool:
