@@ -144,6 +144,11 @@ def test_keys_left_for_an_option_that_is_not_chosen_are_one_line(make_cfg):
     cfg = make_cfg("experiment=speedrun_mnist", "scheduler=none", "~scheduler.warmup_epochs")
     schema.check(cfg)
     assert not cfg.get("scheduler")
+    # only an optimizer or a schedule may be empty: an emptied model is no model
+    cfg = make_cfg()
+    cfg.model = {}
+    with pytest.raises(UserError, match="^model is empty: choose a model= option$"):
+        schema.check(cfg)
 
 
 def test_a_sweep_binds_its_first_job_before_any_job_starts(tmp_path, monkeypatch, data_dir):

@@ -56,6 +56,7 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
     The NLL is convex in 1/T, so it has one minimum along log T; a golden-section search
     over log T finds it, or the bound it lies beyond, without the divergence an unbounded
     optimizer shows when the minimum is at T -> 0."""
+    logits, labels = logits.double(), labels.long()  # once: the search reads them ~40 times
 
     def loss(log_t: float) -> float:
         return nll(logits, labels, math.exp(log_t))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import UserError, one_line
+from experiments.recorded import shown
 from experiments.recorded.dotted import dotted_leaves
 from experiments.runs.files import parse_yaml, read_json, read_text
 from experiments.runs.layout import (
@@ -119,8 +120,7 @@ def select(run: Run, metric: str) -> Value | str:
     if metric not in run.metrics:
         return f"{METRICS} has no {metric}"
     if number(value) is None:  # the value from the file, repr'd (control characters escaped), cut
-        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-        return f"{metric} is {shown} in {METRICS}, not a finite number"
+        return f"{metric} is {shown(value, 60)} in {METRICS}, not a finite number"
     if not metric.startswith(PER_EPOCH):
         return Value(float(value), "", None)
     if metric.startswith("test/") and epoch is not None:

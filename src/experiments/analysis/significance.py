@@ -76,6 +76,8 @@ def summarize(values: Sequence[float], bounds: tuple[float, float] | None = None
     """n, mean, sample std and the 95% t confidence interval of the mean of ``values``,
     intersected with ``bounds`` when the metric has them (see the module docstring)."""
     n = len(values)
+    if n == 0:
+        raise ValueError("no values to summarize")
     mean = math.fsum(values) / n
     if n == 1:
         return Stats(1, mean, None, None, None, bounds)

@@ -174,12 +174,15 @@ def decide(
     """The verdict on groups given best first (``names[0]`` has the best mean).
 
     Args:
+        names: the groups' names, best mean first (two or more).
         values: each group's metric, one value per run.
         replicates: each run's replicate key (its seed): groups whose runs have the same
             set of them are compared paired.
         mode: ``max`` or ``min``.
         metric: its name, for the text.
     """
+    if len(names) < 2:
+        raise ValueError("a verdict needs two groups or more")
     sign = 1 if mode == "max" else -1
     pairs = [
         compare_pair(names[i], values[0], values[i], replicates[0], replicates[i], sign)

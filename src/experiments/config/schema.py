@@ -158,6 +158,7 @@ REFINED: dict[str, dict[str, Any]] = {
 
 # sections train() builds: a mapping there without ``_target_`` cannot be built
 BUILT = ("data", "model", "optimizer", "scheduler", "trainer")
+OPTIONAL = ("optimizer", "scheduler")  # empty: none (training.build.optimizer_partials)
 
 # digests of the configs that passed in this process: the command line checks a run's
 # config before Hydra makes its run dir, and train() asks again for callers that did not
@@ -201,9 +202,12 @@ def check(cfg: DictConfig) -> None:
 def _objects_have_targets(plain: dict) -> None:
     """``experiment=finetune scheduler=none`` left ``scheduler: {warmup_epochs: 1}``: keys the
     experiment sets for an option the command line replaced. One line, not a traceback. An
-    empty one (``scheduler=none ~scheduler.warmup_epochs``: every such key dropped) is none."""
+    empty optimizer or scheduler (``scheduler=none ~scheduler.warmup_epochs``: every such key
+    dropped) is none, as the builder reads it; an empty data, model or trainer is refused."""
     for section in BUILT:
         node = plain.get(section)
+        if node == {} and section not in OPTIONAL:
+            raise UserError(f"{section} is empty: choose a {section}= option")
         if isinstance(node, dict) and node and "_target_" not in node:
             keys = ", ".join(f"{section}.{k}" for k in node)
             raise UserError(

@@ -28,11 +28,12 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job, setup_globals
+from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from experiments.compat.hydra import as_recorded_failure
 from experiments.config.ray import connect
 from experiments.console import filter_upstream_warnings
 from experiments.errors import one_line
@@ -193,18 +194,20 @@ class RayLauncher(Launcher):
 
     def _recorded_failure(self, cfg: DictConfig, reason: str) -> JobReturn:
         """A job that did not come back from Ray: recorded ``failed`` (with ``reason``) in
-        its job.json and the summary; to the sweeper, a job that is passed over: completed,
-        with no value (as ``compat.hydra.as_recorded_failure`` makes one; the summary
-        callback ends the sweep with one line)."""
+        its job.json and the summary; to the sweeper, a job that is passed over
+        (``compat.hydra.as_recorded_failure``: the summary callback ends the sweep with one
+        line)."""
         _record_lost(cfg, reason, retried=False, status="failed")
         log.error("job %s failed: %s", cfg.hydra.job.num, reason, extra={"sweep_line": True})
         self._write_summary(Path(str(cfg.hydra.sweep.dir)))
         with open_dict(cfg):
             cfg.hydra.runtime.output_dir = str(_job_dir(cfg))
-        return JobReturn(
+        passed_over = JobReturn(
             overrides=list(cfg.hydra.overrides.task), cfg=cfg, hydra_cfg=cfg,
-            working_dir=os.getcwd(), task_name=str(cfg.hydra.job.name), status=JobStatus.COMPLETED,
+            working_dir=os.getcwd(), task_name=str(cfg.hydra.job.name),
         )  # fmt: skip
+        as_recorded_failure(passed_over)
+        return passed_over
 
     def _write_summary(self, sweep_dir: Path) -> None:
         from experiments.tracking.sweep_summary import write_summary  # lazy: see the top
