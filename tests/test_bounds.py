@@ -42,6 +42,9 @@ OUT_OF_RANGE = [
     ("model=cnn model.net.channels=[0,4]", "a list of int >= 1"),
     ("model=resnet9 model.net.widths=[8,8]", "a list of 4 values (each int >= 1)"),
     ("model=resnet9 model.net.logit_scale=0", "float > 0"),
+    # a bound a dataclass DataModule inherits, declared in its base's module
+    ("experiment=diabetes data.val_fraction=1.5", "float >= 0 and <= 1"),
+    ("experiment=shapes data.test_fraction=-0.5", "float >= 0 and <= 1"),
 ]
 IMAGE_SIZES = [
     ("[0,0]", "[0, 0]"),

@@ -31,7 +31,7 @@ class TerseProgressBar(TQDMProgressBar):
 
     def get_metrics(self, trainer, pl_module) -> dict:
         metrics = super().get_metrics(trainer, pl_module)
-        # the step loss reaches the loggers without self.log (models/metrics.log_step)
+        # the step loss reaches the loggers without self.log (models/metrics.log_to_loggers)
         step_loss = trainer.callback_metrics.get("train/loss_step")
         if step_loss is not None and trainer.training:
             metrics["train/loss_step"] = f"{float(step_loss):.3g}"

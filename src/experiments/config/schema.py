@@ -11,6 +11,7 @@ sections no constructor takes. Importing this module imports no torch.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import importlib
@@ -261,8 +262,11 @@ def _check_node(cfg: DictConfig, key: str, target: str | type, node: dict, known
 
 def _hints(obj: Any) -> dict[str, Any]:
     function = obj.__init__ if isinstance(obj, type) else obj
+    # a dataclass's generated __init__ holds its fields' hints as text, each to be read in the
+    # module of the class that declares the field (a base's bounds are not imported here)
+    owner = obj if isinstance(obj, type) and dataclasses.is_dataclass(obj) else function
     try:
-        return typing.get_type_hints(function, include_extras=True)
+        return typing.get_type_hints(owner, include_extras=True)
     except Exception:  # a name imported only for type checkers: each hint on its own
         found: dict[str, Any] = {}
         for name, hint in getattr(function, "__annotations__", {}).items():

@@ -77,22 +77,25 @@ def _raw(split: Dataset):
     """``(uint8 images (N, C, H, W), targets, transform)`` of the samples of ``split`` before
     their transform, or None when its dataset offers no such array: a torchvision-style
     set (``.data``, ``.targets``) or one with ``decoded_array`` (CsvImageDataset)."""
-    whole = not isinstance(split, Subset)
-    base, index = (split, range(len(split))) if whole else (split.dataset, split.indices)
+    subset = isinstance(split, Subset)
+    base = split.dataset if subset else split
     targets = getattr(base, "targets", None)
     if targets is None or getattr(base, "target_transform", None) is not None:
         return None
-    pick = torch.as_tensor(list(index), dtype=torch.long)
+    # a whole set is taken as it is (a view of its array), a subset by its indices
+    pick = torch.as_tensor(list(split.indices), dtype=torch.long) if subset else None
     if hasattr(base, "decoded_array"):
-        images = base.decoded_array(pick.tolist())
+        images = base.decoded_array(list(range(len(base))) if pick is None else pick.tolist())
     elif getattr(base, "data", None) is not None:
-        images = torch.as_tensor(base.data)[pick]
+        images = torch.as_tensor(base.data)
+        images = images if pick is None else images[pick]
     else:
         return None
     if images is None or images.ndim not in (3, 4) or images.dtype != torch.uint8:
         return None
     images = images.unsqueeze(1) if images.ndim == 3 else images.permute(0, 3, 1, 2)  # NCHW
-    return images, torch.as_tensor(targets)[pick], getattr(base, "transform", None)
+    y = torch.as_tensor(targets)
+    return images, y if pick is None else y[pick], getattr(base, "transform", None)
 
 
 def _whole(split: Dataset, shape: torch.Size, chunk: int = 4096):

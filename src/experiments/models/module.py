@@ -121,6 +121,11 @@ class ClassificationModule(TaskSteps, L.LightningModule):
         if channels_last:
             net = net.to(memory_format=torch.channels_last)
         self.net, self.channels_last = net, channels_last
+        # built in Python, past the schema's bounds: refused here, not at the callback
+        if ema_decay is not None and not 0.0 < float(ema_decay) < 1.0:
+            raise UserError(
+                f"model.ema_decay={ema_decay} must be in (0, 1), e.g. 0.999; null turns it off"
+            )
         if tta not in TTA:
             raise UserError(f"model.tta={tta!r} is not valid; use one of {', '.join(TTA)}")
         self.tta = str(tta)
