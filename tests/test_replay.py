@@ -123,7 +123,11 @@ CORRUPT = {
     "overrides-not-yaml": (".hydra/overrides.yaml", "- a=1\n- [unclosed\n", "not valid YAML"),
     "overrides-alias-bomb": (".hydra/overrides.yaml", ALIAS_BOMB, "aliases expand"),
     "overrides-not-a-list": (".hydra/overrides.yaml", "seed: 1\n", "expected a list"),
-    "overrides-not-strings": (".hydra/overrides.yaml", "- {seed: 1}\n", "entry 1 is a dict"),
+    "overrides-not-strings": (
+        ".hydra/overrides.yaml",
+        "- {seed: 1}\n",
+        "entry 1 is a dict, expected a key=value string (refused before",
+    ),
     "best-sidecar-not-json": ("checkpoints/best.json", '{"epoch": 1,', "not valid JSON"),
     "last-sidecar-wrong-type": ("checkpoints/last.json", '{"epoch": "one"}', "epoch is str"),
 }

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from experiments.errors import UserError
-from experiments.runs.provenance import CONFIG_PATH_ENV
+from experiments.errors import UserError, printable_line
+from experiments.runs.layout import CONFIG_PATH_ENV  # layout, not provenance: no hydra import
 
 # The configs ship inside the package (`experiments/conf`); in a source checkout that is
 # a link to the top-level `conf/` folder users edit, so both find the same files.
@@ -45,5 +45,4 @@ def config_dirs() -> list[Path]:
 def shown(value: Any, limit: int = 80) -> str:
     """``value``'s repr for one line of a message (control characters escaped), cut to
     ``limit`` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return printable_line(repr(value), limit)  # repr escapes every control character

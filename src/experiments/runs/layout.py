@@ -44,6 +44,10 @@ HYDRA = ".hydra"
 SAVED_CONFIG = "config.yaml"
 SAVED_OVERRIDES = "overrides.yaml"
 NOTES = "notes.json"  # tags and a note added after the run (experiments-runs); not an artifact
+# your own config folders (os.pathsep-separated), searched after conf/ when a run is composed
+# or read back (reproduce.sh exports them): explicit, like the trust setting, and read only by
+# experiments.recorded.config_dirs, never from a run's files (docs/own_task.md)
+CONFIG_PATH_ENV = "EXPERIMENTS_CONFIG_PATH"
 FOLD_PREFIX = "fold_"  # fold_<k>/: cv.folds=K trains one run per fold inside the run folder
 CSV_LOG = ("csv", "metrics.csv")  # the CSV logger's rows (tracking's csv logger writes it)
 # the files of a sweep folder (SweepDir below)

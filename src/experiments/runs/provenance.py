@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from experiments.runs.files import write_json, write_text
-from experiments.runs.layout import GIT_DIFF, REPRODUCE, REQUIREMENTS, RunDir
+from experiments.runs.layout import CONFIG_PATH_ENV, GIT_DIFF, REPRODUCE, REQUIREMENTS, RunDir
 from experiments.secrets import redact_argv
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout the package runs from
@@ -137,12 +137,6 @@ def run_overrides() -> list[str]:
     except Exception:  # not under Hydra's main
         overrides = [a for a in sys.argv[1:] if "=" in a]
     return [o for o in overrides if not o.lstrip("+~").startswith(NOT_REPRODUCED)]
-
-
-# your own config folders (os.pathsep-separated), searched after conf/: explicit, like the
-# trust setting, and read only by experiments.recorded.config_dirs, never from a run's files
-# (docs/own_task.md)
-CONFIG_PATH_ENV = "EXPERIMENTS_CONFIG_PATH"
 
 
 def run_config_dirs() -> list[str]:

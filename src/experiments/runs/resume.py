@@ -134,7 +134,8 @@ def saved_overrides(path: Path) -> list[str]:
         if not isinstance(entry, str):
             raise UserError(
                 f"{path}: entry {number} is a {type(entry).__name__}, expected a key=value "
-                f"string; restore the file from the run's command, or start a new run"
+                f"string (refused before anything runs); restore the file from the run's "
+                f"command, or start a new run"
             )
     return entries
 
